@@ -1,9 +1,12 @@
 """Real GPU names on the bus, billed by the cost-ledger running as its shipped user.
 
 The shipped-auth server (``auth_url``), the slicer's and the collector's own users publishing
-what they observe: GPUs named as NVML and GPU feature discovery name them, and one the price
-book cannot identify (an anonymised model of the Alibaba spot trace). Every one is billed; the
-unknown one at the book's fallback, flagged on its entries, counted in a metric and logged once.
+what they observe: GPUs named as NVML and GPU feature discovery name them, a MIG compute
+instance NVML names as a device (``... MIG 1c.3g.20gb``, billed as its share of the parent), one
+the price book declines to price (the GeForce RTX 4090: ``[unpriced]``, with its reason) and one
+it cannot identify (an anonymised model of the Alibaba spot trace). Every one is billed; the
+last two at the book's fallback, flagged on their entries, counted in a metric and logged once
+each, the declined one's log line naming why.
 """
 
 from __future__ import annotations
@@ -28,11 +31,13 @@ from tests.integration.conftest import shipped_password
 from tests.integration.ledger.test_ledger_service import caught_up, read_all
 
 CONFIG = core.LedgerConfig(retention_windows=288)
-# node, the name its GPUs report, the model it is billed as (None: unknown, the fallback)
+# node, the name its GPUs report, the model its lines carry, billed at the fallback
 NODES = (
-    ("nvml-node", "NVIDIA A100-SXM4-80GB", "A100-SXM4-80GB"),
-    ("gfd-node", "NVIDIA-H100-80GB-HBM3", "H100-SXM5-80GB"),
-    ("spot-node", "GPU-series-1", None),
+    ("nvml-node", "NVIDIA A100-SXM4-80GB", "A100-SXM4-80GB", False),
+    ("gfd-node", "NVIDIA-H100-80GB-HBM3", "H100-SXM5-80GB", False),
+    ("ci-node", "A100-SXM4-40GB MIG 1c.3g.20gb", "A100-SXM4-40GB-MIG-1c.3g.20gb", False),
+    ("rtx-node", "NVIDIA GeForce RTX 4090", "RTX-4090-24GB", True),
+    ("spot-node", "GPU-series-1", "GPU-series-1", True),
 )
 
 
@@ -57,7 +62,7 @@ def placement(node: str, model: str, n: int) -> Placement:
 
 def batch(node: str, minutes: int) -> GpuSampleBatch:
     return GpuSampleBatch(
-        id=f"0190a000-0000-7000-9{minutes:03d}-{[n for n, _, _ in NODES].index(node):012d}",
+        id=f"0190a000-0000-7000-9{minutes:03d}-{[n[0] for n in NODES].index(node):012d}",
         at=START + timedelta(minutes=minutes), node=node,
         gpus=[GpuSample(index=0, sm_active=0.5)],
     )  # fmt: skip
@@ -82,13 +87,13 @@ async def test_every_reported_name_is_billed_and_an_unknown_one_at_the_flagged_f
         await admin.ensure_streams()
         with capture_logs() as logs:
             async with serving(service):
-                for i, (node, name, _) in enumerate(NODES):
+                for i, (node, name, _, _) in enumerate(NODES):
                     await collector.publish(telemetry.inventory(node), inventory(node, name, i))
                     await slicer.publish(
                         slicing.subject("acme", "placement"), placement(node, name, i)
                     )
                 for minutes in (5, 25):  # closes the first windows on each node's samples
-                    for node, _, _ in NODES:
+                    for node, *_ in NODES:
                         await collector.publish(telemetry.sample(node), batch(node, minutes))
 
                 # every input stepped and every output acked: nothing more will come
@@ -99,28 +104,38 @@ async def test_every_reported_name_is_billed_and_an_unknown_one_at_the_flagged_f
             await b.close()
     entries = [e for e in (decode(m.data) for m in msgs) if isinstance(e, CostEntry)]
     window_h = CONFIG.window_s / 3600
-    for node, name, model in NODES:
+    for node, name, model, fallback in NODES:
         usage = [e for e in entries if e.node == node and e.kind == CostKind.COMPUTE]
         idle = [e for e in entries if e.node == node and e.kind == CostKind.IDLE]
         assert usage, node
         found = book.lookup(name)
         per_window = core.micro_from_usd(found.usd_per_hour("on_demand") * window_h)
+        assert per_window > 0, node  # never free, the declined GPU included
         assert {e.cost_micro_usd for e in usage} == {per_window}, node
         for e in usage + idle:
-            assert e.gpu_model == (model or name)
-            assert e.price_fallback is (model is None)
-            assert e.price_assumed is (model is None)
-        if model is None:
+            assert e.gpu_model == model
+            assert e.price_fallback is fallback
+            assert e.price_assumed is fallback
+        if fallback:
             assert found.fallback
-            assert f"fallback:{name}" in usage[0].assumptions
+            assert f"fallback:{model}" in usage[0].assumptions
+    # the compute instance costs a third of its GI, 3g.20gb, of an A100 40GB's hour
+    ci = book.lookup("A100-SXM4-40GB MIG 1c.3g.20gb")
+    assert 3 * ci.share == book.lookup("NVIDIA A100-SXM4-40GB MIG 3g.20gb").share
     registry = runtime.registry
-    assert registry.get_sample_value("seedance_cost_ledger_fallback_models") == 1
+    assert registry.get_sample_value("seedance_cost_ledger_fallback_models") == 2
     fallback_entries = registry.get_sample_value(
         "seedance_cost_ledger_fallback_priced_entries_total", {"kind": "compute"}
     )
     assert fallback_entries == len(
         [e for e in entries if e.price_fallback and e.kind == CostKind.COMPUTE]
     )
-    logged = [r for r in logs if r["event"] == "gpu_model_priced_at_fallback"]
-    assert [r["gpu_model"] for r in logged] == ["GPU-series-1"]
-    assert logged[0]["on_demand_usd_per_hour"] == float(book.fallback.on_demand_usd_per_hour)
+    logged = {r["gpu_model"]: r for r in logs if r["event"] == "gpu_model_priced_at_fallback"}
+    assert sorted(logged) == ["GPU-series-1", "RTX-4090-24GB"]
+    for r in logged.values():
+        assert r["on_demand_usd_per_hour"] == float(book.fallback.on_demand_usd_per_hour)
+    reason = book.unpriced["RTX-4090-24GB"]
+    assert logged["RTX-4090-24GB"]["fallback_source"].startswith(
+        f"unpriced RTX-4090-24GB: {reason}"
+    )
+    assert "unpriced" not in logged["GPU-series-1"]["fallback_source"]

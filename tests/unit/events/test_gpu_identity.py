@@ -13,7 +13,7 @@ UNKNOWN = [e for e in CORPUS if e.model == "unknown"]
 
 
 def test_the_corpus_covers_every_kind_of_source() -> None:
-    assert {e.kind for e in CORPUS} == {"nvml", "gfd", "trace", "legacy", "device"}
+    assert {e.kind for e in CORPUS} == {"nvml", "gfd", "trace", "legacy", "device", "cloud"}
     assert all(e.seen for e in CORPUS)
     assert UNKNOWN, "the corpus must hold names that do not resolve"
 
@@ -24,6 +24,7 @@ def test_every_real_name_resolves_to_its_model(entry) -> None:  # type: ignore[n
     assert got.identity is not None, f"{entry.name!r} ({entry.seen}) did not resolve"
     assert got.identity.model == entry.model
     assert got.mig_profile == entry.mig_profile
+    assert got.ci_slices == entry.ci_slices
     assert got.shared == entry.shared
 
 
@@ -61,6 +62,38 @@ def test_a_mig_device_keeps_its_profile_in_the_canonical_name() -> None:
     assert again.identity is not None
     assert again.identity.model == "A100-SXM4-40GB"
     assert again.mig_profile == "1g.5gb"
+
+
+def test_a_compute_instance_names_its_gpu_instance_and_keeps_its_slices() -> None:
+    ci = identify("NVIDIA A100-SXM4-40GB MIG 1c.3g.20gb")
+    assert (ci.mig_profile, ci.ci_slices, ci.mig_device) == ("3g.20gb", 1, "1c.3g.20gb")
+    assert canonical_model(ci.name) == "A100-SXM4-40GB-MIG-1c.3g.20gb"
+    again = identify(canonical_model(ci.name))  # the canonical name reads back the same
+    assert (again.model, again.mig_profile, again.ci_slices) == ("A100-SXM4-40GB", "3g.20gb", 1)
+    # A CI holding all of its GI's compute is the GI (NVML names that device 3g.20gb).
+    whole = identify("NVIDIA A100-SXM4-40GB MIG 3c.3g.20gb")
+    assert (whole.mig_profile, whole.ci_slices) == ("3g.20gb", None)
+    # the engine suffixes stay part of the profile, "-me" included ("-" is a separator)
+    minus = identify("NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition-MIG-1g.24gb-me")
+    assert (minus.model, minus.mig_profile) == ("RTX-PRO-6000-BLACKWELL-SERVER-96GB", "1g.24gb-me")
+    assert gpus.name_key("NVIDIA H200 MIG 2c.3g.71gb+me") == "H200"
+
+
+def test_a_cloud_accelerator_type_means_what_the_cloud_rents() -> None:
+    # Google's nvidia-tesla-a100 is the A2 standard's 40 GB part; a bare "A100" keeps the
+    # replayed fleets' meaning (the 80 GB SXM4), and a "Tesla A100-SXM4-80GB" is still 80 GB.
+    assert canonical_model("nvidia-tesla-a100") == "A100-SXM4-40GB"
+    assert canonical_model("A100") == "A100-SXM4-80GB"
+    assert canonical_model("Tesla A100-SXM4-80GB") == "A100-SXM4-80GB"
+    assert canonical_model("nvidia-h100-mega-80gb") == canonical_model("NVIDIA H100 80GB HBM3")
+
+
+def test_mig_geometry_is_the_gpus_own() -> None:
+    slices = {g.model: g.mig_compute_slices for g in gpus.GPU_MODELS if g.mig_capable}
+    assert slices["A30-PCIE-24GB"] == slices["RTX-PRO-6000-BLACKWELL-SERVER-96GB"] == 4
+    assert {n for n, s in slices.items() if s != 7} == {
+        "A30-PCIE-24GB", "RTX-PRO-6000-BLACKWELL-SERVER-96GB"
+    }  # fmt: skip
 
 
 def test_every_alias_names_one_model_and_families_are_stated() -> None:
@@ -124,6 +157,20 @@ def test_the_answer_says_what_matched_what_did_not_and_what_there_is() -> None:
     )
 
 
+def test_a_family_of_several_words_is_requested_by_its_name() -> None:
+    fleet = [
+        "NVIDIA GeForce RTX 4090", "NVIDIA RTX A6000", "NVIDIA RTX 6000 Ada Generation",
+        "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+    ]  # fmt: skip
+    assert match_models(["rtx-4090"], fleet).matched == ("NVIDIA GeForce RTX 4090",)
+    assert match_models(["RTX A6000"], fleet).matched == ("NVIDIA RTX A6000",)
+    assert match_models(["rtx-6000-ada"], fleet).matched == ("NVIDIA RTX 6000 Ada Generation",)
+    assert match_models(["rtx-pro-6000"], fleet).matched == (
+        "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+    )
+    assert match_models(["rtx-6000"], fleet).matched == ()  # three boards: no guess
+
+
 def test_an_unknown_qualifier_is_not_dropped() -> None:
     # "a100-64gb" is no A100 there is: it must not widen to every A100.
     assert match_models(["a100-64gb"], FLEET).matched == ()
@@ -132,8 +179,8 @@ def test_an_unknown_qualifier_is_not_dropped() -> None:
 
 def test_the_public_surface_is_pinned() -> None:
     assert sorted(gpus.__all__) == [
-        "GPU_MODELS", "GpuIdentity", "ModelMatch", "ReportedGpu", "canonical_model", "families",
-        "identify", "match_models", "name_key",
+        "GKE_ACCELERATORS", "GPU_MODELS", "GpuIdentity", "ModelMatch", "ReportedGpu",
+        "canonical_model", "families", "identify", "match_models", "name_key",
     ]  # fmt: skip
 
 

@@ -28,8 +28,20 @@ KNOWN = [e for e in CORPUS if e.model != "unknown"]
 @pytest.mark.parametrize("entry", KNOWN, ids=lambda e: f"{e.kind}:{e.name}")
 def test_every_real_name_is_priced_as_its_canonical_model(entry) -> None:  # type: ignore[no-untyped-def]
     found = BOOK.lookup(entry.name)
-    assert not found.fallback, f"{entry.name!r} ({entry.seen}) fell back"
     assert found.identified == entry.model
+    if entry.share is not None:
+        assert found.share == Fraction(entry.share)
+    if entry.unpriced:
+        # Declined, and loud: billed at the flagged fallback, never free, the reason named.
+        assert found.fallback
+        assert found.assumed
+        assert found.unpriced
+        assert found.unpriced in found.price.source
+        assert found.usd_per_hour("on_demand") == BOOK.fallback.on_demand_usd_per_hour > 0
+        assert price_summary(found).endswith(" assumed=true fallback=true")
+        return
+    assert not found.fallback, f"{entry.name!r} ({entry.seen}) fell back"
+    assert found.unpriced is None
     if entry.widely_rented:
         assert not found.assumed, f"{entry.name}: {found.price.source}"
         assert found.price.source
@@ -49,6 +61,8 @@ def test_an_unknown_name_is_billed_at_the_fallback_and_flagged(entry) -> None:  
 
 def test_every_data_center_gpu_from_volta_to_blackwell_has_a_price_with_its_source() -> None:
     for gpu in GPU_MODELS:
+        if gpu.model in BOOK.unpriced:  # declined, with its reason (the next test)
+            continue
         price = BOOK.gpu(gpu.model)
         assert price.source, gpu.model
         if price.price_assumed:
@@ -64,6 +78,51 @@ def test_every_data_center_gpu_from_volta_to_blackwell_has_a_price_with_its_sour
     for required in ("A10G-PCIE-24GB", "L4-PCIE-24GB", "L40S-PCIE-48GB", "H200-SXM-141GB"):
         assert not BOOK.gpu(required).price_assumed
     assert BOOK.knows("B200")
+
+
+def test_an_unpriced_model_is_named_with_its_reason_and_never_priced_silently() -> None:
+    assert set(BOOK.unpriced) == {"RTX-4090-24GB", "RTX-3090-24GB", "RTX-6000-ADA-48GB"}
+    for model, reason in BOOK.unpriced.items():
+        assert "no on-demand list price" in reason, model
+        unpriced = f"'{model}' is unpriced: .*no on-demand list price"
+        with pytest.raises(PriceBookError, match=unpriced):
+            BOOK.gpu(model)
+        assert not BOOK.knows(model)
+        lines = BOOK.assumptions([model])
+        assert len(lines) == 1, lines
+        assert reason in lines[0], lines
+    # the RTX A6000 has a list price (Lambda), so it is priced, not declined
+    assert not BOOK.lookup("NVIDIA RTX A6000").assumed
+
+
+def test_a_compute_instance_costs_its_slices_of_its_gpu_instance() -> None:
+    gi = BOOK.lookup("NVIDIA A100-SXM4-40GB MIG 3g.20gb")
+    one = BOOK.lookup("A100-SXM4-40GB MIG 1c.3g.20gb")
+    two = BOOK.lookup("NVIDIA A100-SXM4-40GB MIG 2c.3g.20gb")
+    assert one.model == "A100-SXM4-40GB-MIG-1c.3g.20gb"
+    assert one.mig_profile == "1c.3g.20gb"
+    # the CIs of one GI never cost more than it: 3 x 1c, or 1c + 2c, are exactly the GI
+    assert 3 * one.share == one.share + two.share == gi.share
+    assert BOOK.mig_fraction("A100-SXM4-40GB", "1c.3g.20gb") == one.share
+    peak = BOOK.peak_tflops("A100-SXM4-40GB MIG 1c.3g.20gb")
+    whole = BOOK.peak_tflops("A100-SXM4-40GB")
+    assert peak is not None
+    assert whole is not None
+    assert peak[0] == whole[0] / 7  # one compute slice of seven
+    with pytest.raises(PriceBookError, match="a 3g instance has no 4c"):
+        BOOK.mig_fraction("A100-SXM4-40GB", "4c.3g.20gb")
+
+
+def test_a_four_slice_gpu_is_split_in_quarters() -> None:
+    # A30 and RTX PRO 6000 Blackwell: 1g is a quarter (MIG user guide); four fill the GPU.
+    for name in (
+        "NVIDIA A30 MIG 1g.6gb",
+        "NVIDIA RTX PRO 6000 Blackwell Server Edition MIG 1g.24gb",
+    ):
+        assert 4 * BOOK.lookup(name).share == 1, name
+    assert BOOK.mig_fraction("A30", "4g.24gb") == 1
+    with pytest.raises(PriceBookError, match="7 of 4 compute slices"):
+        BOOK.mig_fraction("A30", "7g.24gb")
 
 
 def test_the_fallback_is_what_the_book_says_it_is() -> None:
@@ -158,6 +217,21 @@ hosting_overhead_fraction = "0.2"
             'reserved_usd_per_hour = "1"\nspot_usd_per_hour = "1"\npurchase_usd = "1"\n'
             'lifetime_years = "1"\nhosting_overhead_fraction = "0"\n',
             "gpu.Tesla-T4-SHARED: 'Tesla-T4-SHARED' names a MIG device or a shared GPU",
+        ),
+        (
+            '[gpu.T4]\nsource = "a"\non_demand_usd_per_hour = "1"\n'
+            'reserved_usd_per_hour = "1"\nspot_usd_per_hour = "1"\npurchase_usd = "1"\n'
+            'lifetime_years = "1"\nhosting_overhead_fraction = "0"\n'
+            '[unpriced."Tesla T4"]\nreason = "too dear"\n',
+            "unpriced.Tesla T4: T4-PCIE-16GB has a [gpu] price table, so it is priced",
+        ),
+        (
+            '[unpriced.TPU-v5]\nreason = "not a GPU"\n',
+            "unpriced.TPU-v5: 'TPU-v5' is no GPU model the identity knows",
+        ),
+        (
+            '[unpriced.RTX-4090-24GB]\nreason = ""\n',
+            "unpriced.RTX-4090-24GB.reason = '' is not a sentence",
         ),
     ],
 )

@@ -252,6 +252,10 @@ def test_late_end_emits_a_negative_adjustment(book):
         (place("p", "j", gpus=()), "Placement.gpu_indices = ()"),
         (place("p", "j", kind="shared", milli=0), "Placement.gpu_milli = 0"),
         (place("p", "j", kind="mig", mig="9g.1gb"), "Placement.mig_profile = '9g.1gb'"),
+        (
+            place("p", "j", kind="mig", mig="1c.3g.20gb"),
+            "Placement.mig_profile = '1c.3g.20gb': a placement holds a GPU instance",
+        ),
         (place("p", "j", gpus=(0, 0)), "names a GPU twice"),
         (sample("s", activity=1.5), "GpuSample.activity = 1.5"),
         (sample("s", energy_mj=-1), "GpuSample.energy_mj = -1"),

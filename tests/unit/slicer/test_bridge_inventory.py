@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from seedance.core import Delivery
-from seedance.cost_ledger.core.pricebook import default_price_book
+from seedance.cost_ledger.core.booktoml import default_price_book
 from seedance.events import decode, encode
 from seedance.events.subjects import telemetry
 from seedance.events.telemetry import NodeInventory

@@ -46,7 +46,7 @@ import numpy as np
 from seedance.bench.fleet_k8s import LeastAllocated, MostAllocated, NodeType
 from seedance.bench.fleet_sim import Arrival, FleetResult, FleetSim, SimConfig
 from seedance.bench.openb import TracePod, read_pods, trace_name
-from seedance.cost_ledger.core.pricebook import default_price_book
+from seedance.cost_ledger.core.booktoml import default_price_book
 from seedance.slicer.core.capacity import LeaveEmpty
 from seedance.slicer.core.policies import Policy, SeedancePolicy
 from seedance.traces import alibaba

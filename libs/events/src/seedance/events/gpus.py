@@ -6,7 +6,9 @@ factor, architecture, MIG) and the one function that maps a reported name onto i
 older drivers without the vendor prefix), NVML MIG device names (``... MIG 3g.40gb``), GPU
 feature discovery's ``nvidia.com/gpu.product`` labels (``NVIDIA-A100-SXM4-80GB``, older
 ``A100-SXM4-80GB``, ``Tesla-T4``, the MIG single strategy's ``...-MIG-1g.5gb``, time-slicing's
-``...-SHARED``), cloud names (``A10G``), the China-market parts in real traces (``H800``,
+``...-SHARED``), NVML compute-instance names (``... MIG 1c.3g.20gb``: the GPU instance
+``3g.20gb`` and one of its compute slices), cloud names (``A10G``, Google Cloud's accelerator
+types ``GKE_ACCELERATORS``), the China-market parts in real traces (``H800``,
 ``A800-SXM4-80GB``, ``H20``) and the short names the replayed fleets carry (``T4``, ``A100``,
 ``V100M32``, the Alibaba trace's anonymised ``G1``-``G3``). It also owns what a request's
 ``--gpu-model`` means (``match_models``: ``a100`` is any A100, ``a100-80gb`` an 80 GB one) so
@@ -33,6 +35,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 __all__ = [
+    "GKE_ACCELERATORS",
     "GPU_MODELS",
     "GpuIdentity",
     "ModelMatch",
@@ -59,6 +62,9 @@ class GpuIdentity:
     aliases: tuple[str, ...] = ()
     #: The model is anonymised by a trace's publisher (no public facts about it).
     anonymised: bool = False
+    #: Compute slices of the whole GPU in MIG mode: 7 on A100/H100/H200/B200, 4 on the A30 and
+    #: the RTX PRO 6000 Blackwell (MIG user guide, "Supported MIG Profiles": 1g is 1/4 there).
+    mig_compute_slices: int = 7
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,10 +73,22 @@ class ReportedGpu:
 
     name: str
     identity: GpuIdentity | None
-    #: The MIG profile a MIG device's name carries (NVML ``MIG 3g.40gb``, GFD ``-MIG-3g.40gb``).
+    #: The MIG profile a MIG device's name carries (NVML ``MIG 3g.40gb``, GFD ``-MIG-3g.40gb``):
+    #: for a compute instance smaller than its GPU instance (NVML ``MIG 1c.3g.20gb``), the
+    #: profile of the GPU instance it runs in (``3g.20gb``), its compute slices in ``ci_slices``.
     mig_profile: str | None = None
     #: GFD's time-slicing suffix ``-SHARED`` (the GPU is shared; the model is the same).
     shared: bool = False
+    #: The compute slices of a compute instance smaller than its GPU instance (``1c.3g.20gb``:
+    #: 1); None where the MIG device is a whole GPU instance (or no MIG device at all).
+    ci_slices: int | None = None
+
+    @property
+    def mig_device(self) -> str | None:
+        """The MIG device as NVML names it, without ``MIG``: ``3g.20gb``, ``1c.3g.20gb``."""
+        if self.mig_profile is None or self.ci_slices is None:
+            return self.mig_profile
+        return f"{self.ci_slices}c.{self.mig_profile}"
 
     @property
     def model(self) -> str:
@@ -84,11 +102,11 @@ class ReportedGpu:
 
 def _gpu(
     model: str, family: str, memory_gb: int | None, form: str, arch: str, *aliases: str,
-    mig: bool = False, anonymised: bool = False,
+    mig: bool = False, anonymised: bool = False, mig_slices: int = 7,
 ) -> GpuIdentity:  # fmt: skip
     return GpuIdentity(
         model=model, family=family, memory_gb=memory_gb, form_factor=form, architecture=arch,
-        mig_capable=mig, aliases=aliases, anonymised=anonymised,
+        mig_capable=mig, aliases=aliases, anonymised=anonymised, mig_compute_slices=mig_slices,
     )  # fmt: skip
 
 
@@ -114,7 +132,7 @@ GPU_MODELS: tuple[GpuIdentity, ...] = (
     _gpu("A10-PCIE-24GB", "A10", 24, "PCIe", "Ampere", "A10"),
     _gpu("A10G-PCIE-24GB", "A10G", 24, "PCIe", "Ampere", "A10G"),
     _gpu("A16-PCIE-16GB", "A16", 16, "PCIe", "Ampere", "A16"),
-    _gpu("A30-PCIE-24GB", "A30", 24, "PCIe", "Ampere", "A30", mig=True),
+    _gpu("A30-PCIE-24GB", "A30", 24, "PCIe", "Ampere", "A30", mig=True, mig_slices=4),
     _gpu("A40-PCIE-48GB", "A40", 48, "PCIe", "Ampere", "A40"),
     _gpu("A100-PCIE-40GB", "A100", 40, "PCIe", "Ampere", mig=True),
     _gpu("A100-PCIE-80GB", "A100", 80, "PCIe", "Ampere", mig=True),
@@ -138,6 +156,12 @@ GPU_MODELS: tuple[GpuIdentity, ...] = (
     _gpu("A800-PCIE-40GB", "A800", 40, "PCIe", "Ampere", mig=True),
     _gpu("A800-PCIE-80GB", "A800", 80, "PCIe", "Ampere", mig=True),
     _gpu("A800-SXM4-80GB", "A800", 80, "SXM4", "Ampere", mig=True),
+    # Workstation and GeForce boards rented by GPU clouds and marketplaces (NVML names them
+    # ``NVIDIA RTX A6000``, ``NVIDIA RTX 6000 Ada Generation``, ``NVIDIA GeForce RTX 4090``).
+    _gpu("RTX-A6000-48GB", "RTX-A6000", 48, "PCIe", "Ampere", "RTX-A6000"),
+    _gpu("RTX-3090-24GB", "RTX-3090", 24, "PCIe", "Ampere", "GeForce-RTX-3090"),
+    _gpu("RTX-6000-ADA-48GB", "RTX-6000-Ada", 48, "PCIe", "Ada", "RTX-6000-Ada-Generation"),
+    _gpu("RTX-4090-24GB", "RTX-4090", 24, "PCIe", "Ada", "GeForce-RTX-4090"),
     # Ada Lovelace
     _gpu("L4-PCIE-24GB", "L4", 24, "PCIe", "Ada", "L4"),
     _gpu("L20-PCIE-48GB", "L20", 48, "PCIe", "Ada", "L20"),
@@ -190,6 +214,7 @@ GPU_MODELS: tuple[GpuIdentity, ...] = (
         "Blackwell",
         "RTX-PRO-6000-BLACKWELL-SERVER-EDITION",
         mig=True,
+        mig_slices=4,
     ),
     # The Alibaba 2023 trace's anonymised models: real fleets carry them, no public facts exist.
     _gpu("G1", "G1", None, "", "undisclosed", anonymised=True),
@@ -199,26 +224,72 @@ GPU_MODELS: tuple[GpuIdentity, ...] = (
 
 _SEPARATORS = re.compile(r"[\s_\-]+")
 _VENDOR = {"NVIDIA", "TESLA"}
-_PROFILE = re.compile(r"^\d+G\.\d+GB(\+[A-Z]+)?$")
+# A MIG device: ``[<c>c.]<g>g.<m>gb`` and the engine suffixes of the MIG user guide (``+me``,
+# ``+gfx``, ``+me.all``; ``-me`` arrives as a separate ``ME`` token, ``-`` being a separator).
+_PROFILE = re.compile(r"^(?:(\d+)C\.)?(\d+G\.\d+GB(?:\+[A-Z]+(?:\.[A-Z]+)?)?)$")
+# Google Cloud's accelerator types (``--accelerator type=``, GKE's ``cloud.google.com/
+# gke-accelerator`` label) whose GPU is certain, as this table names it. From Google's list
+# ("Deploy GPU workloads in Autopilot", cloud.google.com/kubernetes-engine/docs/how-to/
+# autopilot-gpus; cloud.google.com/compute/docs/gpus) and the Compute Engine machine families
+# that carry each: A2 Standard / Ultra, A3 High / Mega / Ultra, A4, G2, N1. Left out: values
+# whose form factor or memory the name does not fix (``nvidia-tesla-v100``,
+# ``nvidia-tesla-p100``, ``nvidia-gb200``, ``nvidia-rtx-pro-6000``) or that the table does not
+# know (``nvidia-tesla-p4``, ``nvidia-tesla-k80``). ``identify`` reads these values before the
+# vendor-free reading, which differs for ``nvidia-tesla-a100`` (the A2 Standard's 40 GB part;
+# a bare ``A100`` keeps the replayed fleets' 80 GB meaning) and ``nvidia-h100-mega-80gb`` (the
+# A3 Mega's H100 SXM: its network differs, not its GPU). The k8s-bridge names GKE nodes by it.
+GKE_ACCELERATORS: dict[str, str] = {
+    "nvidia-tesla-t4": "T4-PCIE-16GB",
+    "nvidia-l4": "L4-PCIE-24GB",
+    "nvidia-tesla-a100": "A100-SXM4-40GB",
+    "nvidia-a100-80gb": "A100-SXM4-80GB",
+    "nvidia-h100-80gb": "H100-SXM5-80GB",
+    "nvidia-h100-mega-80gb": "H100-SXM5-80GB",
+    "nvidia-h200-141gb": "H200-SXM-141GB",
+    "nvidia-b200": "B200-SXM-180GB",
+}
+_CLOUD_NAMES = {name.upper(): model for name, model in GKE_ACCELERATORS.items()}
 _MEMORY = re.compile(r"^(\d+)GB?$")
 _FORMS = {"SXM", "SXM2", "SXM4", "SXM5", "SXM6", "PCIE", "NVL"}
 
 Key = tuple[str, frozenset[str]]
 
 
-def _tokens(name: str) -> tuple[list[str], str | None, bool]:
+@dataclass(frozen=True, slots=True)
+class _Parsed:
+    toks: list[str]
+    profile: str | None = None
+    shared: bool = False
+    ci_slices: int | None = None
+    cloud: str | None = None  # the model a cloud's accelerator type names
+
+
+def _parse(name: str) -> _Parsed:
     """Upper-case tokens of ``name`` without vendor prefix, MIG suffix or ``SHARED``."""
     toks = [t for t in _SEPARATORS.split(name.strip().upper()) if t]
+    cloud = _CLOUD_NAMES.get("-".join(toks))
     while toks and toks[0] in _VENDOR:
         toks.pop(0)
     shared = bool(toks) and toks[-1] == "SHARED"
     if shared:
         toks.pop()
-    profile = None
-    if len(toks) >= 2 and toks[-2] == "MIG" and _PROFILE.match(toks[-1]):
-        profile = toks[-1].lower()
-        del toks[-2:]
-    return toks, profile, shared
+    minus_me = len(toks) >= 3 and toks[-1] == "ME" and toks[-3] == "MIG"
+    tail = toks[:-1] if minus_me else toks
+    m = _PROFILE.match(tail[-1]) if len(tail) >= 2 and tail[-2] == "MIG" else None
+    if m is None:
+        return _Parsed(toks, shared=shared, cloud=cloud)
+    profile = m.group(2).lower() + ("-me" if minus_me else "")
+    ci = int(m.group(1)) if m.group(1) else None
+    # ``3c.3g.20gb`` (all of the GI's compute) is the GI itself: NVML never names it so.
+    gi_slices = int(profile.split("g.")[0])
+    return _Parsed(
+        tail[:-2], profile, shared, ci if ci is not None and ci < gi_slices else None, cloud
+    )
+
+
+def _tokens(name: str) -> tuple[list[str], str | None, bool]:
+    p = _parse(name)
+    return p.toks, p.profile, p.shared
 
 
 def _key(toks: list[str]) -> Key | None:
@@ -235,6 +306,10 @@ def _index() -> dict[Key, GpuIdentity]:
             if key is None or key in out:
                 raise ValueError(f"GPU alias {alias!r} is empty or names two models")
             out[key] = gpu
+    models = {g.model for g in GPU_MODELS}
+    for cloud, model in GKE_ACCELERATORS.items():
+        if model not in models:
+            raise ValueError(f"GKE accelerator {cloud!r} names {model!r}, no model of the table")
     return out
 
 
@@ -242,21 +317,26 @@ _BY_KEY = _index()
 _FAMILIES = {g.family.upper(): g.family for g in GPU_MODELS}
 
 
+_BY_MODEL = {g.model: g for g in GPU_MODELS}
+
+
 def identify(name: str) -> ReportedGpu:
     """The canonical model behind ``name`` (``identity`` None: no model of the table)."""
-    toks, profile, shared = _tokens(name)
-    key = _key(toks)
+    p = _parse(name)
+    key = _key(p.toks)
+    gpu = _BY_MODEL[p.cloud] if p.cloud else (_BY_KEY.get(key) if key else None)
     return ReportedGpu(
-        name=name, identity=_BY_KEY.get(key) if key else None, mig_profile=profile, shared=shared
+        name=name, identity=gpu, mig_profile=p.profile, shared=p.shared, ci_slices=p.ci_slices
     )
 
 
 def canonical_model(name: str) -> str:
     """The canonical model id of ``name``, or ``name`` stripped where it is unknown. A MIG
-    device's name keeps its profile (``A100-SXM4-80GB-MIG-3g.40gb``): it is not a whole GPU."""
+    device's name keeps its profile (``A100-SXM4-80GB-MIG-3g.40gb``, a compute instance its
+    slices: ``A100-SXM4-40GB-MIG-1c.3g.20gb``): it is not a whole GPU."""
     got = identify(name)
-    if got.identity and got.mig_profile:
-        return f"{got.identity.model}-MIG-{got.mig_profile}"
+    if got.identity and got.mig_device:
+        return f"{got.identity.model}-MIG-{got.mig_device}"
     return got.model
 
 
@@ -304,6 +384,8 @@ def _request(text: str) -> _Request:
     toks, _profile, _shared = _tokens(text)
     if not toks:
         return _Request(text)
+    if "-".join(toks) in _FAMILIES:  # a family of several words: ``rtx-4090``, ``rtx-pro-6000``
+        return _Request(text, family="-".join(toks))
     if toks[0] in _FAMILIES:
         # ``a100``: any A100, whatever a short name meant; ``a100-80gb`` any 80 GB one (SXM4
         # or PCIe), ``h100-sxm`` any SXM H100: a family with memory and form qualifiers.

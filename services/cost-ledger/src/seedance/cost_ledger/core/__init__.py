@@ -2,12 +2,17 @@
 budgets, the replica's step function and the one wire mapping. No NATS, no clock, no files
 except the price book the caller asks to load.
 
-Modules: ``money`` (exact rationals, micro-dollars), ``pricebook`` / ``peaks`` (prices),
-``facts`` (what is billed), ``attribution`` (one node-window's lines), ``lines`` (what is
+Modules: ``money`` (exact rationals, micro-dollars), ``pricebook`` / ``booktoml`` / ``peaks``
+(prices), ``facts`` (what is billed), ``attribution`` (one node-window's lines), ``lines`` (what is
 emitted), ``ledger`` (the state machine), ``snapshot`` (its bytes), ``budget``,
 ``mapping`` (bus events ↔ core), ``replica`` (the deterministic step over the merged stream),
 ``rightsizing`` (the smallest request that covers a job's measured peak, and its saving)."""
 
+from seedance.cost_ledger.core.booktoml import (
+    default_price_book,
+    load_price_book,
+    parse_price_book,
+)
 from seedance.cost_ledger.core.budget import (
     Budget,
     BudgetDecision,
@@ -44,9 +49,6 @@ from seedance.cost_ledger.core.pricebook import (
     PriceBook,
     PriceBookError,
     PriceLookup,
-    default_price_book,
-    load_price_book,
-    parse_price_book,
     price_summary,
 )
 from seedance.cost_ledger.core.rightsizing import BookRightsizer, recommend, recommend_all

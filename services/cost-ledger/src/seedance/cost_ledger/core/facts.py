@@ -13,6 +13,7 @@ may be renamed, a field or a tag may not without a new snapshot version.
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_right, insort
 from collections import defaultdict
 from collections.abc import Callable
@@ -24,6 +25,8 @@ import msgspec
 from seedance.cost_ledger.core.pricebook import PriceBook, PriceBookError, PricingTier
 from seedance.cost_ledger.core.readings import Readings, SampleReadings
 from seedance.cost_ledger.core.windows import window_bounds_ms
+
+_COMPUTE_INSTANCE = re.compile(r"^\d+c\.")
 
 __all__ = [
     "AllocationKind",
@@ -216,6 +219,13 @@ def _validate_allocation(e: GpuAllocation, book: PriceBook, bad: _Bad) -> None:
     if e.kind == "shared" and not 0 < e.gpu_milli <= 1000:
         raise bad("gpu_milli", e.gpu_milli, "must be in 1..1000")
     if e.kind == "mig":
+        # The slicer places GPU instances; a compute instance (``1c.3g.20gb``, a device name
+        # NVML reports) is priced by ``PriceBook.lookup``, never placed.
+        if _COMPUTE_INSTANCE.match(e.mig_profile):
+            raise bad(
+                "mig_profile", e.mig_profile,
+                "a placement holds a GPU instance (<n>g.<m>gb), not a compute instance",
+            )  # fmt: skip
         try:
             book.mig_fraction(e.gpu_model, e.mig_profile)
         except PriceBookError as exc:

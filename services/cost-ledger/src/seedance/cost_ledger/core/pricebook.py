@@ -1,8 +1,8 @@
 """The price book: what one GPU-hour, one MIG slice, one shared GPU and one kWh cost.
 
-Owns the price data model, its validation and loading from TOML, the bundled default book
-(`default_price_book.toml`, a source for every price), the share rules that turn a placement
-into a fraction of a physical GPU, and ``lookup``: the price of any name a real system reports.
+Owns the price data model, the share rules that turn a placement into a fraction of a physical
+GPU, and ``lookup``: the price of any name a real system reports. Reading a book from TOML (its
+validation, the bundled `default_price_book.toml`) is ``booktoml``.
 Must not know about jobs, time windows or the bus, nor decide what a name means: that is
 ``seedance.events.gpus`` (one GPU identity for every service).
 
@@ -12,17 +12,25 @@ tables for one model are refused), a name the identity does not know under itsel
 ``aliases`` name it too. ``lookup(name)`` finds the table of the name's canonical model, or of a
 book alias; a MIG device's name (GFD's single strategy, NVML's MIG devices) is priced as its
 share of the parent (the rule below); anything else is priced at the book's ``[fallback]``,
-flagged (``PriceLookup.fallback``), never refused. A price is ``price_assumed = false`` only with
-a ``source``; a book without ``[fallback]`` prices unknown GPUs as its dearest GPU (stated).
+flagged (``PriceLookup.fallback``), never refused. A model the book declines to price names why
+in ``[unpriced.<name>] reason = ".."``: it is billed at the fallback too, flagged, and the
+reason travels in the price's ``source`` (the ledger's log line, ``assumptions``). A price is
+``price_assumed = false`` only with a ``source``; a book without ``[fallback]`` prices unknown
+GPUs as its dearest GPU (stated).
 
 Share rules (documented in docs/cost-ledger.md):
 - whole GPUs: the GPU count;
 - shared (time-sliced / MPS) GPUs: ``gpu_milli / 1000``;
-- MIG: ``w × compute_slices / 7 + (1 − w) × memory_slices / 8`` with ``w = 1/2`` by default.
+- MIG: ``w × compute_slices / C + (1 − w) × memory_slices / 8`` with ``w = 1/2`` by default and
+  ``C`` the GPU's compute slices (7; 4 on the A30 and the RTX PRO 6000 Blackwell, whose ``1g``
+  is a quarter of the GPU).
   The often-proposed ``max(compute/7, memory/8)`` is rejected because it charges more than a
   whole GPU for a valid layout (3g.40gb + 4g.40gb on an H100 = 1/2 + 4/7 = 107 %); the weighted
   mean never does (Σ compute ≤ 7 and Σ memory ≤ 8 for any layout), and the slices a layout
   leaves unusable show up as idle.
+- MIG compute instance smaller than its GPU instance (NVML ``MIG 1c.3g.20gb``): its GPU
+  instance's share × ``c / g`` (1/3 of the ``3g.20gb``). The CIs of one GI share its memory and
+  engines, so only their compute tells them apart; the CIs of a GI never cost more than it.
 
 Pricing tiers: ``on_demand``, ``reserved`` and ``spot`` are cloud prices that include power;
 ``on_prem`` is ``purchase × (1 + hosting_overhead) / (lifetime_years × 8760 h)`` and excludes
@@ -32,14 +40,11 @@ power, which is billed from measured energy × ``energy_usd_per_kwh`` × ``pue``
 from __future__ import annotations
 
 import re
-import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from fractions import Fraction
-from importlib import resources
-from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
 from seedance.cost_ledger.core.peaks import PEAK_TFLOPS, PeakTflops, Precision
 from seedance.events.gpus import identify, name_key
@@ -52,9 +57,6 @@ __all__ = [
     "PriceLookup",
     "PricingTier",
     "SharedBilling",
-    "default_price_book",
-    "load_price_book",
-    "parse_price_book",
     "price_summary",
 ]
 
@@ -66,7 +68,8 @@ PRICING_TIERS: tuple[str, ...] = get_args(PricingTier)
 HOURS_PER_YEAR = 8760
 MIG_COMPUTE_SLICES = 7
 MIG_MEMORY_SLICES = 8
-_MIG_PROFILE = re.compile(r"^(\d)g\.(\d+)gb(?:\+[a-z]+)?$")
+# ``[<c>c.]<g>g.<m>gb`` and the engine suffixes (``+me``, ``+gfx``, ``+me.all``, ``-me``).
+_MIG_PROFILE = re.compile(r"^(?:(\d)c\.)?(\d)g\.(\d+)gb(?:[+-][a-z]+(?:\.[a-z]+)?)?$")
 
 
 class PriceBookError(ValueError):
@@ -128,7 +131,8 @@ class PriceLookup:
     its profile: ``A100-SXM4-80GB-MIG-3g.40gb``), or the name as reported where it is unknown.
     ``identified`` is None where no model is known; ``fallback`` where the book has no price
     for it (then ``price`` is the book's fallback). ``share``: the fraction of ``price`` one
-    such GPU costs (a MIG device's share of its parent, else 1).
+    such GPU costs (a MIG device's share of its parent, else 1). ``unpriced``: why the book
+    declines to price the identified model (its ``[unpriced]`` reason), else None.
     """
 
     name: str
@@ -138,6 +142,7 @@ class PriceLookup:
     fallback: bool
     mig_profile: str | None = None
     share: Fraction = Fraction(1)
+    unpriced: str | None = None
 
     @property
     def assumed(self) -> bool:
@@ -164,26 +169,45 @@ def price_summary(found: PriceLookup) -> str:
     )
 
 
+def _compute_slices(model: str) -> int:
+    """The compute slices of ``model``'s whole GPU in MIG mode (7 where it is unknown)."""
+    got = identify(model).identity
+    return got.mig_compute_slices if got is not None else MIG_COMPUTE_SLICES
+
+
+def _profile(profile: str, slices: int) -> tuple[int | None, int, int]:
+    """``(ci compute slices or None, gi compute slices, memory GB)`` of a MIG device name."""
+    m = _MIG_PROFILE.match(profile)
+    if m is None:
+        raise PriceBookError(f"mig profile {profile!r} is not of the form '[<c>c.]<n>g.<m>gb'")
+    ci = int(m.group(1)) if m.group(1) else None
+    compute = int(m.group(2))
+    if not 1 <= compute <= slices:
+        raise PriceBookError(
+            f"mig profile {profile!r} does not fit: {compute} of {slices} compute slices"
+        )
+    if ci is not None and not 1 <= ci <= compute:
+        raise PriceBookError(f"mig profile {profile!r}: a {compute}g instance has no {ci}c")
+    return ci, compute, int(m.group(3))
+
+
 def _mig_fraction(
     gpu: GpuPrice, model: str, profile: str, weight: Fraction
 ) -> Fraction:  # fmt: skip
     """The MIG rule of the module docstring for ``profile`` on ``gpu``."""
-    m = _MIG_PROFILE.match(profile)
-    if m is None:
-        raise PriceBookError(f"mig profile {profile!r} is not of the form '<n>g.<m>gb'")
-    compute = int(m.group(1))
+    slices = _compute_slices(gpu.model if identify(gpu.model).known else model)
+    ci, compute, memory_gb = _profile(profile, slices)
     if gpu.mig_memory_gb is None:
         raise PriceBookError(f"gpu model {model!r} has no mig_memory_gb: MIG is not priced")
     # Memory slices are eighths of the GPU's memory; profile names round the GB figure
     # (H200: 1g.18gb is 141/8 = 17.6 GB), so round to the nearest slice.
-    memory = round(Fraction(int(m.group(2)) * MIG_MEMORY_SLICES, gpu.mig_memory_gb))
-    if not 1 <= compute <= MIG_COMPUTE_SLICES or not 1 <= memory <= MIG_MEMORY_SLICES:
+    memory = round(Fraction(memory_gb * MIG_MEMORY_SLICES, gpu.mig_memory_gb))
+    if not 1 <= memory <= MIG_MEMORY_SLICES:
         raise PriceBookError(
             f"mig profile {profile!r} does not fit a {gpu.mig_memory_gb} GB {model}"
         )
-    return weight * Fraction(compute, MIG_COMPUTE_SLICES) + (1 - weight) * Fraction(
-        memory, MIG_MEMORY_SLICES
-    )
+    gi = weight * Fraction(compute, slices) + (1 - weight) * Fraction(memory, MIG_MEMORY_SLICES)
+    return gi * Fraction(ci, compute) if ci is not None else gi
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -202,6 +226,9 @@ class PriceBook:
     fallback_price: GpuPrice | None = None
     #: ``gpus.name_key`` of every alias of a table -> that table's key.
     alias_keys: Mapping[str, str] = field(default_factory=dict)
+    #: Models the book declines to price -> why (``[unpriced.<name>] reason``): billed at the
+    #: fallback, flagged, the reason named in the price's source.
+    unpriced: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def fallback(self) -> GpuPrice:
@@ -223,15 +250,23 @@ class PriceBook:
         key = self._table_of(name, identified)
         price = self.gpus.get(key) if key is not None else None
         base = key if key is not None and price is not None else (identified or name.strip())
-        profile = got.mig_profile
+        profile = got.mig_device
+        why = self.unpriced.get(identified) if price is None and identified else None
+        billed = price or self.fallback
+        if why is not None:
+            billed = _replace_price(
+                billed, source=f"unpriced {identified}: {why}; billed at the fallback "
+                f"({billed.source})",
+            )  # fmt: skip
         return PriceLookup(
             name=name,
             model=f"{base}-MIG-{profile}" if profile else base,
             identified=identified,
-            price=price or self.fallback,
+            price=billed,
             fallback=price is None,
             mig_profile=profile,
-            share=self._device_share(price or self.fallback, base, profile),
+            share=self._device_share(billed, base, profile),
+            unpriced=why,
         )
 
     def _table_of(self, name: str, identified: str | None) -> str | None:
@@ -252,7 +287,7 @@ class PriceBook:
         try:
             return _mig_fraction(price, model, profile, self.mig_compute_weight)
         except PriceBookError:
-            return _compute_share(profile)
+            return _compute_share(profile, _compute_slices(model))
 
     def model_of(self, name: str) -> str:
         """The key ``name``'s lines carry (see ``PriceLookup.model``)."""
@@ -262,6 +297,8 @@ class PriceBook:
         """The book's own table for ``model`` (any name of it); ``PriceBookError`` where the
         book has none (callers that must bill anyway use ``lookup``)."""
         found = self.lookup(model)
+        if found.unpriced is not None:
+            raise PriceBookError(f"gpu model {model!r} is unpriced: {found.unpriced}")
         if found.fallback:
             raise PriceBookError(
                 f"gpu model {model!r} is not in the price book (known: {sorted(self.gpus)})"
@@ -293,7 +330,8 @@ class PriceBook:
         peak = found.price.peak or PEAK_TFLOPS.get(base)
         if peak is None:
             return None
-        scale = _compute_share(found.mig_profile) if found.mig_profile else Fraction(1)
+        slices = _compute_slices(base)
+        scale = _compute_share(found.mig_profile, slices) if found.mig_profile else Fraction(1)
         return peak.at(self.peak_precision) * scale, peak.assumed
 
     def mig_fraction(self, model: str, profile: str) -> Fraction:
@@ -302,7 +340,7 @@ class PriceBook:
         if found.fallback:
             # A GPU the book does not price: its memory is unknown, so only the compute share
             # is charged (the profile is still checked).
-            return _compute_share(profile)
+            return _compute_share(profile, _compute_slices(model))
         return _mig_fraction(found.price, model, profile, self.mig_compute_weight)
 
     def assumptions(self, models: Iterable[str] | None = None) -> list[str]:
@@ -333,216 +371,11 @@ class PriceBook:
         return out
 
 
-def _compute_share(profile: str) -> Fraction:
-    m = _MIG_PROFILE.match(profile)
-    if m is None:
-        raise PriceBookError(f"mig profile {profile!r} is not of the form '<n>g.<m>gb'")
-    compute = int(m.group(1))
-    if not 1 <= compute <= MIG_COMPUTE_SLICES:
-        raise PriceBookError(f"mig profile {profile!r} has {compute} of 7 compute slices")
-    return Fraction(compute, MIG_COMPUTE_SLICES)
+def _compute_share(profile: str, slices: int = MIG_COMPUTE_SLICES) -> Fraction:
+    """The compute a MIG device holds of its GPU's ``slices`` (a CI: its own slices)."""
+    ci, compute, _memory = _profile(profile, slices)
+    return Fraction(ci if ci is not None else compute, slices)
 
 
 def _replace_price(g: GpuPrice, **changes: object) -> GpuPrice:
     return replace(g, **changes)  # type: ignore[arg-type]
-
-
-def _number(table: Mapping[str, Any], key: str, where: str, *, positive: bool = True) -> Fraction:
-    if key not in table:
-        raise PriceBookError(f"{where}.{key} is missing")
-    raw = table[key]
-    if isinstance(raw, bool) or not isinstance(raw, int | float | str):
-        raise PriceBookError(f"{where}.{key} = {raw!r} is not a number")
-    try:
-        # Floats go through their shortest repr so "0.12" means 12/100, not the binary float.
-        value = Fraction(repr(raw) if isinstance(raw, float) else raw)
-    except (ValueError, ZeroDivisionError):
-        raise PriceBookError(f"{where}.{key} = {raw!r} is not a number") from None
-    if value < 0 or (positive and value == 0):
-        raise PriceBookError(f"{where}.{key} = {raw!r} must be {'> 0' if positive else '>= 0'}")
-    return value
-
-
-def _positive_int(table: Mapping[str, Any], key: str, where: str) -> int | None:
-    raw = table.get(key)
-    if raw is not None and (isinstance(raw, bool) or not isinstance(raw, int) or raw <= 0):
-        raise PriceBookError(f"{where}.{key} = {raw!r} is not a positive integer")
-    return raw
-
-
-def _gpu_price(model: str, t: Any, where: str, defaults: Mapping[str, Any]) -> GpuPrice:
-    """One ``[gpu.<name>]`` (or ``[fallback]``) table; ``defaults`` fill what it omits."""
-    if not isinstance(t, dict):
-        raise PriceBookError(f"{where} is not a table")
-    unknown = set(t) - _GPU_KEYS
-    if unknown:
-        raise PriceBookError(f"{where} has unknown keys {sorted(unknown)}")
-    t = {**defaults, **t}
-    peak = None
-    if "peak_fp16_dense_tflops" in t or "peak_fp32_tflops" in t:
-        peak = PeakTflops(
-            fp16_dense=_number(t, "peak_fp16_dense_tflops", where),
-            fp32=_number(t, "peak_fp32_tflops", where),
-            source=str(t.get("peak_source", "configured")),
-            assumed=bool(t.get("peak_assumed", True)),
-        )
-    assumed = t.get("price_assumed", False)
-    if not isinstance(assumed, bool):
-        raise PriceBookError(f"{where}.price_assumed = {assumed!r} is not true or false")
-    source = str(t.get("source", "")).strip()
-    if not assumed and not source:
-        raise PriceBookError(
-            f"{where}.source is missing: a price is price_assumed = false only with a source"
-        )
-    aliases = t.get("aliases", [])
-    if not isinstance(aliases, list) or not all(isinstance(a, str) and a for a in aliases):
-        raise PriceBookError(f"{where}.aliases = {aliases!r} is not a list of names")
-    return GpuPrice(
-        model=model,
-        on_demand_usd_per_hour=_number(t, "on_demand_usd_per_hour", where),
-        reserved_usd_per_hour=_number(t, "reserved_usd_per_hour", where),
-        spot_usd_per_hour=_number(t, "spot_usd_per_hour", where),
-        purchase_usd=_number(t, "purchase_usd", where),
-        lifetime_years=_number(t, "lifetime_years", where),
-        hosting_overhead_fraction=_number(t, "hosting_overhead_fraction", where, positive=False),
-        source=source,
-        price_assumed=assumed,
-        mig_memory_gb=_positive_int(t, "mig_memory_gb", where),
-        peak=peak,
-        memory_gb=_positive_int(t, "memory_gb", where),
-        purchase_source=str(t.get("purchase_source", "")),
-        aliases=tuple(aliases),
-    )
-
-
-def _canonical_key(name: str, where: str) -> str:
-    """The key a ``[gpu.<name>]`` table is stored under (its canonical model)."""
-    got = identify(name)
-    if got.mig_profile or got.shared:
-        raise PriceBookError(f"{where}: {name!r} names a MIG device or a shared GPU, not a model")
-    return got.identity.model if got.identity is not None else name
-
-
-def _with_identity_facts(g: GpuPrice) -> GpuPrice:
-    """Memory (and MIG memory for MIG-capable parts) from the GPU identity where the table
-    leaves them out: they are facts of the model, not prices."""
-    got = identify(g.model).identity
-    if got is None or got.memory_gb is None:
-        return g
-    return _replace_price(
-        g,
-        memory_gb=g.memory_gb if g.memory_gb is not None else got.memory_gb,
-        mig_memory_gb=(
-            g.mig_memory_gb if g.mig_memory_gb is not None or not got.mig_capable else got.memory_gb
-        ),
-    )
-
-
-def _defaults(doc: Mapping[str, Any]) -> dict[str, Any]:
-    defaults = doc.get("defaults", {})
-    extra = set(defaults) - _DEFAULT_KEYS if isinstance(defaults, dict) else {"(not a table)"}
-    if extra:
-        raise PriceBookError(f"defaults may set only {sorted(_DEFAULT_KEYS)}, not {sorted(extra)}")
-    return dict(defaults)
-
-
-def _gpu_tables(
-    gpus_doc: Mapping[str, Any], defaults: Mapping[str, Any]
-) -> tuple[dict[str, GpuPrice], dict[str, str]]:
-    """The ``[gpu.<name>]`` tables by canonical model, and every alias's key -> model."""
-    gpus: dict[str, GpuPrice] = {}
-    named: dict[str, str] = {}
-    aliases: dict[str, str] = {}
-    for name, t in gpus_doc.items():
-        where = f"gpu.{name}"
-        model = _canonical_key(name, where)
-        if model in gpus:
-            raise PriceBookError(f"{where} and gpu.{named[model]} are one model, {model}")
-        named[model] = name
-        gpus[model] = _with_identity_facts(_gpu_price(model, t, where, defaults))
-        for alias in gpus[model].aliases:
-            known = identify(alias).identity
-            if known is not None and known.model != model:
-                raise PriceBookError(
-                    f"{where}.aliases: {alias!r} is the GPU {known.model}, not {model}"
-                )
-            aliases[name_key(alias)] = model
-    return gpus, aliases
-
-
-def parse_price_book(text: str) -> PriceBook:
-    """Validate a TOML price book; errors name the field and the value."""
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise PriceBookError(f"price book is not valid TOML: {exc}") from None
-    energy = doc.get("energy", {})
-    gpus_doc = doc.get("gpu")
-    if not isinstance(gpus_doc, dict) or not gpus_doc:
-        raise PriceBookError("price book has no [gpu.<model>] tables")
-    precision = doc.get("peak_precision", "fp16")
-    if precision not in ("fp16", "fp32"):
-        raise PriceBookError(f"peak_precision = {precision!r} is not 'fp16' or 'fp32'")
-    defaults = _defaults(doc)
-    gpus, aliases = _gpu_tables(gpus_doc, defaults)
-    fallback = None
-    if "fallback" in doc:
-        fallback = _gpu_price("fallback", doc["fallback"], "fallback", defaults)
-        if not fallback.price_assumed:
-            raise PriceBookError("fallback.price_assumed = false: a fallback price is assumed")
-    weight = (
-        _number(doc, "mig_compute_weight", "", positive=False)
-        if "mig_compute_weight" in doc
-        else Fraction(1, 2)
-    )
-    if weight > 1:
-        raise PriceBookError(f"mig_compute_weight = {doc['mig_compute_weight']!r} must be <= 1")
-    sharing = doc.get("sharing", {})
-    billing = sharing.get("billing", "allocation") if isinstance(sharing, dict) else sharing
-    if billing not in ("allocation", "measured"):
-        raise PriceBookError(f"sharing.billing = {billing!r} is not 'allocation' or 'measured'")
-    return PriceBook(
-        gpus=gpus,
-        energy_usd_per_kwh=_number(energy, "usd_per_kwh", "energy"),
-        pue=_number(energy, "pue", "energy"),
-        mig_compute_weight=weight,
-        peak_precision=precision,
-        currency=str(doc.get("currency", "USD")),
-        shared_billing=billing,
-        fallback_price=fallback,
-        alias_keys=aliases,
-    )
-
-
-_GPU_KEYS = {
-    "on_demand_usd_per_hour",
-    "reserved_usd_per_hour",
-    "spot_usd_per_hour",
-    "purchase_usd",
-    "lifetime_years",
-    "hosting_overhead_fraction",
-    "source",
-    "price_assumed",
-    "mig_memory_gb",
-    "memory_gb",
-    "peak_fp16_dense_tflops",
-    "peak_fp32_tflops",
-    "peak_source",
-    "peak_assumed",
-    "purchase_source",
-    "aliases",
-}
-#: What ``[defaults]`` may set for every table (the terms of on-prem ownership).
-_DEFAULT_KEYS = {"lifetime_years", "hosting_overhead_fraction", "purchase_source"}
-
-
-def load_price_book(path: str | Path) -> PriceBook:
-    """Read and validate a TOML price book file."""
-    return parse_price_book(Path(path).read_text(encoding="utf-8"))
-
-
-def default_price_book() -> PriceBook:
-    """The bundled book: every NVIDIA data-center GPU from Volta to Blackwell, the replayed
-    fleets' anonymised models and a fallback, each price with its source (see its header)."""
-    text = resources.files(__package__).joinpath("default_price_book.toml").read_text("utf-8")
-    return parse_price_book(text)

@@ -33,6 +33,7 @@ from typing import get_args
 
 from seedance.cost_ledger.core.money import round_micro
 from seedance.cost_ledger.core.pricebook import PriceBook, PricingTier
+from seedance.events.gpus import identify
 from seedance.reports.rightsizing import JobUse, Recommendation
 
 __all__ = [
@@ -122,7 +123,10 @@ def options(book: PriceBook, model: str, max_gpus: int) -> list[SizeOption]:
     gpu_mib = _gb_to_mib(gpu_gb)
     out = [_whole(k, gpu_mib) for k in range(1, max(1, max_gpus) + 1)]
     out += [_share(s, gpu_mib) for s in range(SHARE_STEP_MILLI, 1000, SHARE_STEP_MILLI)]
-    if book.gpu(model).mig_memory_gb is not None:
+    # MIG_SHAPES are the 7-slice GPUs' profiles; a 4-slice GPU (A30, RTX PRO 6000 Blackwell) has
+    # others, which this module does not hold: it is offered no MIG shape rather than a wrong one.
+    gpu = identify(model).identity
+    if book.gpu(model).mig_memory_gb is not None and (gpu is None or gpu.mig_compute_slices == 7):
         out += [_mig(book, model, c, m) for c, m in MIG_SHAPES]
     return sorted(out, key=lambda o: (o.fraction, _KIND_ORDER[o.kind], o.label))
 

@@ -58,6 +58,7 @@ from typing import Any
 import msgspec
 
 from seedance.events.base import derived_event_id
+from seedance.events.gpus import GKE_ACCELERATORS as _GKE_ACCELERATORS
 from seedance.events.gpus import identify
 from seedance.events.telemetry import GpuInfo, NodeInventory, NodeState
 from seedance.events.tokens import InvalidToken, check_token, kube_node_token
@@ -84,25 +85,9 @@ __all__ = [
 #: Why a Node gets no inventory (the closed set of `UndescribedNode.reason`).
 UNDESCRIBED = ("invalid_pool", "mig_single_strategy", "mig_gpus_unknown", "gke_gpu_partitions")
 
-#: GKE's ``cloud.google.com/gke-accelerator`` values whose GPU is certain, as the GPU identity
-#: (``seedance.events.gpus``) names it. From Google's list ("Deploy GPU workloads in
-#: Autopilot", cloud.google.com/kubernetes-engine/docs/how-to/autopilot-gpus, and the Compute
-#: Engine machine families that carry each: A2 Standard / Ultra, A3 High / Mega / Ultra, A4,
-#: G2, N1). Left out, published as ``unknown`` (the price book's fallback): values whose form
-#: factor or memory the name does not fix (``nvidia-tesla-v100``, ``nvidia-tesla-p100``,
-#: ``nvidia-gb200``, ``nvidia-rtx-pro-6000``) or that the identity does not know
-#: (``nvidia-tesla-p4``, ``nvidia-tesla-k80``). ``nvidia-tesla-a100`` is the 40 GB part: the
-#: identity alone would read it as the 80 GB one.
-GKE_ACCELERATORS = {
-    "nvidia-tesla-t4": "T4-PCIE-16GB",
-    "nvidia-l4": "L4-PCIE-24GB",
-    "nvidia-tesla-a100": "A100-SXM4-40GB",
-    "nvidia-a100-80gb": "A100-SXM4-80GB",
-    "nvidia-h100-80gb": "H100-SXM5-80GB",
-    "nvidia-h100-mega-80gb": "H100-SXM5-80GB",
-    "nvidia-h200-141gb": "H200-SXM-141GB",
-    "nvidia-b200": "B200-SXM-180GB",
-}
+#: GKE's ``cloud.google.com/gke-accelerator`` values whose GPU is certain: the GPU identity's
+#: table (``seedance.events.gpus.GKE_ACCELERATORS``, where what is left out and why is said).
+GKE_ACCELERATORS = _GKE_ACCELERATORS
 
 
 #: GKE's GPU sharing strategies that serve each physical GPU once per client as
