@@ -10,8 +10,9 @@ one batch changed. This module must not decide anything.
 Keys (a job key holds a `/`, a node name does not; both are free text inside an entry key):
 
 * `g`: `Globals` (sequence counters, the workload refresh counter); every batch that submits.
-* `n/<node>`: `NodeEntry` (its stable index, `NodeSpec`, and the span of the last allocation
-  released on each of its GPUs); when the node is added or re-described, or a GPU of it freed.
+* `n/<node>`: `NodeEntry` (its stable index, `NodeSpec`, the span of the last allocation
+  released on each of its GPUs, and what each view of it said last: `core.node_views`); when
+  the node is added or re-described (by either view), or a GPU of it freed.
 * `j/<tenant>/<job>`: `JobEntry` (the request, attempts, submit time, queue record); when the
   job is submitted, placed, evicted, re-reasoned, reserved for, or ends (deleted).
 * `e/<tenant>/<job>`: its ordinal among ended jobs; when it ends (deleted when forgotten).
@@ -34,6 +35,7 @@ from typing import Any
 import msgspec
 
 from seedance.slicer.core.inputs import JobSpec, NodeSpec
+from seedance.slicer.core.node_views import NodeViews
 from seedance.slicer.core.snapshot import (
     STATE_VERSION,
     HeldJob,
@@ -78,6 +80,9 @@ class NodeEntry(msgspec.Struct, frozen=True, array_like=True):
     #: (GPU, end, thousandths) of the latest releases on its GPUs (absent in entries written
     #: before they were kept: `SchedulerState.freed_after`).
     freed: tuple[tuple[int, float, int], ...] = ()
+    #: What each view of the node said last (`seedance.slicer.core.node_views`; absent in
+    #: entries written before they were kept, and for a node no view speaks for now).
+    views: NodeViews | None = None
 
 
 class JobEntry(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
@@ -146,7 +151,11 @@ def entries_of(snap: SchedulerSnapshot) -> dict[str, bytes]:
             f"n/{n.name}",
             e(
                 NodeEntry(
-                    i, n, tuple(sorted(released.get(n.name, ()))), tuple(freed.get(n.name, ()))
+                    i,
+                    n,
+                    tuple(sorted(released.get(n.name, ()))),
+                    tuple(freed.get(n.name, ())),
+                    snap.views.get(n.name),
                 )
             ),
         )
@@ -236,6 +245,7 @@ def snapshot_of(entries: Mapping[str, bytes]) -> SchedulerSnapshot:
         moves=whole.get("moves", MovesRecord()),
         released=tuple((n.spec.name, g, a, b) for n in nodes for g, a, b in n.released),
         freed=tuple((n.spec.name, g, end, m) for n in nodes for g, end, m in n.freed),
+        views={n.spec.name: n.views for n in nodes if n.views is not None},
     )
 
 
