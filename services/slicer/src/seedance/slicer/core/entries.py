@@ -52,8 +52,10 @@ __all__ = [
     "Globals",
     "JobEntry",
     "NodeEntry",
+    "SavedViews",
     "encode_entry",
     "entries_of",
+    "saved_views",
     "snapshot_of",
 ]
 
@@ -82,7 +84,32 @@ class NodeEntry(msgspec.Struct, frozen=True, array_like=True):
     freed: tuple[tuple[int, float, int], ...] = ()
     #: What each view of the node said last (`seedance.slicer.core.node_views`; absent in
     #: entries written before they were kept, and for a node no view speaks for now).
-    views: NodeViews | None = None
+    views: SavedViews | None = None
+
+
+class SavedViews(msgspec.Struct, frozen=True, array_like=True):
+    """`NodeViews` as a node's entry holds them: a view that is the entry's own spec (the
+    node of one publisher, most of a fleet's) is `True`, not a second copy of it."""
+
+    devices: NodeSpec | bool | None = None
+    cluster: NodeSpec | bool | None = None
+
+
+def saved_views(views: NodeViews | None, spec: NodeSpec) -> SavedViews | None:
+    if views is None:
+        return None
+    d, c = views.devices, views.cluster
+    return SavedViews(True if d == spec else d, True if c == spec else c)
+
+
+def _views(saved: SavedViews | None, spec: NodeSpec) -> NodeViews | None:
+    if saved is None:
+        return None
+    return NodeViews(_view(saved.devices, spec), _view(saved.cluster, spec))
+
+
+def _view(saved: NodeSpec | bool | None, spec: NodeSpec) -> NodeSpec | None:
+    return spec if saved is True else saved if isinstance(saved, NodeSpec) else None
 
 
 class JobEntry(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
@@ -155,7 +182,7 @@ def entries_of(snap: SchedulerSnapshot) -> dict[str, bytes]:
                     n,
                     tuple(sorted(released.get(n.name, ()))),
                     tuple(freed.get(n.name, ())),
-                    snap.views.get(n.name),
+                    saved_views(snap.views.get(n.name), n),
                 )
             ),
         )
@@ -245,7 +272,7 @@ def snapshot_of(entries: Mapping[str, bytes]) -> SchedulerSnapshot:
         moves=whole.get("moves", MovesRecord()),
         released=tuple((n.spec.name, g, a, b) for n in nodes for g, a, b in n.released),
         freed=tuple((n.spec.name, g, end, m) for n in nodes for g, end, m in n.freed),
-        views={n.spec.name: n.views for n in nodes if n.views is not None},
+        views={n.spec.name: v for n in nodes if (v := _views(n.views, n.spec)) is not None},
     )
 
 

@@ -32,6 +32,7 @@ from seedance.slicer.core.entries import (
     NodeEntry,
     encode_entry,
     entries_of,
+    saved_views,
     snapshot_of,
 )
 from seedance.slicer.core.inputs import JobSpec, NodeSpec, core_node, job_key
@@ -247,8 +248,8 @@ class SchedulerState:
             freed = tuple(
                 (g, *x) for g, kept in sorted(self._freed.get(name, {}).items()) for x in kept
             )
-            entry = NodeEntry(i, self._nodes[i], released, freed, self._views.get(name))
-            out[f"n/{name}"] = encode_entry(entry)
+            views = saved_views(self._views.get(name), self._nodes[i])
+            out[f"n/{name}"] = encode_entry(NodeEntry(i, self._nodes[i], released, freed, views))
         for key in self._dirty_jobs | self._queue.take_touched():
             spec = self._jobs.get(key)
             out[f"j/{key}"] = None if spec is None else encode_entry(self._job_entry(key, spec))
