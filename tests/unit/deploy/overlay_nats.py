@@ -1,31 +1,60 @@
 """An overlay's NATS pod as a local process: the pinned nats-server with the ``nats-config``
 ConfigMap the rendered StatefulSet mounts and the environment its pod gets (the Secrets it loads
-by ``envFrom``, ``POD_NAME`` from the downward API as the first pod's name).
+by ``envFrom``, ``POD_NAME`` from the downward API as the pod's name, and each ``value`` the
+container sets, with its ``$(VAR)`` references expanded as the kubelet does).
 
 What the test machine changes from the pod, and why: the client and monitoring ports (free ones,
-the client's on loopback; the monitor keeps the config's host), and the pod's mount paths in the
+the client's on loopback; the monitor keeps the config's host), the pod's mount paths in the
 config (the data volume, the ``/tmp`` emptyDir of the pid file) moved under ``tmp``: the files
-of the ConfigMap are written beside the config, as the pod mounts them.
+of the ConfigMap are written beside the config, as the pod mounts them; and, for a cluster, each
+pod-network address (``host:port``) named in ``addresses`` replaced in the config and the
+environment by the loopback one given (the route port, the peers' headless names). An overlay
+that brings no Secret (prod: created out of band) gets ``secret`` as the Secret's values.
 """
 
 from __future__ import annotations
 
 import base64
+import re
+from collections.abc import Mapping
 from pathlib import Path
 
 from seedance.testing.servers import NatsServer
 from tests.unit.deploy.test_k8s import by_kind, render
 
-__all__ = ["overlay_nats_server"]
+__all__ = ["kubelet_expand", "overlay_nats_server"]
+
+#: A kubelet variable reference: ``$$`` (a literal ``$``) or ``$(NAME)``.
+_REFERENCE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 
 
-def overlay_nats_server(overlay: str, tmp: Path) -> tuple[NatsServer, dict[str, str]]:
-    """The overlay's first NATS pod as a local process, and the environment it was given."""
+def kubelet_expand(value: str, env: Mapping[str, str]) -> str:
+    """``value`` as the kubelet gives it to a container: each ``$(NAME)`` of a variable defined
+    before it (``envFrom``, earlier ``env``) replaced by its value, ``$$`` by ``$``, and an
+    undefined reference left as it is."""
+
+    def one(m: re.Match[str]) -> str:
+        return "$" if m[0] == "$$" else env.get(m[1], m[0])
+
+    return _REFERENCE.sub(one, value)
+
+
+def overlay_nats_server(
+    overlay: str,
+    tmp: Path,
+    *,
+    pod: int = 0,
+    secret: Mapping[str, str] | None = None,
+    addresses: Mapping[str, str] | None = None,
+) -> tuple[NatsServer, dict[str, str]]:
+    """The overlay's NATS pod number ``pod`` as a local process, and the environment it was
+    given."""
     docs = render(overlay)
     sts = by_kind(docs, "StatefulSet")["nats"]
-    pod = sts["spec"]["template"]["spec"]
-    (container,) = pod["containers"]
+    pod_spec = sts["spec"]["template"]["spec"]
+    (container,) = pod_spec["containers"]
     namespace = sts["metadata"]["namespace"]
+    name = f"{sts['metadata']['name']}-{pod}"
     env: dict[str, str] = {}
     secrets = {
         d["metadata"]["name"]: d
@@ -33,15 +62,25 @@ def overlay_nats_server(overlay: str, tmp: Path) -> tuple[NatsServer, dict[str, 
         if d["kind"] == "Secret" and d["metadata"]["namespace"] == namespace
     }
     for source in container.get("envFrom", []):  # a Secret is read in its own namespace only
-        secret = secrets[source["secretRef"]["name"]]
-        env |= {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+        found = secrets.get(source["secretRef"]["name"])
+        if found is None:
+            assert secret is not None, f"{overlay} brings no {source['secretRef']['name']}"
+            env |= secret
+        else:
+            env |= {k: base64.b64decode(v).decode() for k, v in found["data"].items()}
     for var in container["env"]:
+        if "value" in var:
+            env[var["name"]] = kubelet_expand(var["value"], env)
+            continue
         assert var["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name", var
-        env[var["name"]] = f"{sts['metadata']['name']}-0"
-    (volume,) = [v for v in pod["volumes"] if "configMap" in v]
+        env[var["name"]] = name
+    (volume,) = [v for v in pod_spec["volumes"] if "configMap" in v]
     config = dict(by_kind(docs, "ConfigMap")[volume["configMap"]["name"]]["data"])
     conf = config.pop("nats.conf")
-    root = tmp / f"{sts['metadata']['name']}-0"
+    for pod_address, local_address in (addresses or {}).items():
+        conf = conf.replace(pod_address, local_address)
+        env = {k: v.replace(pod_address, local_address) for k, v in env.items()}
+    root = tmp / name
     for mount in container["volumeMounts"]:
         if mount["name"] != volume["name"]:
             local = root / mount["name"]
