@@ -15,28 +15,14 @@ that brings no Secret (prod: created out of band) gets ``secret`` as the Secret'
 from __future__ import annotations
 
 import base64
-import re
 from collections.abc import Mapping
 from pathlib import Path
 
 from seedance.testing.servers import NatsServer
+from tests.unit.deploy.kubelet import pod_env
 from tests.unit.deploy.test_k8s import by_kind, render
 
-__all__ = ["kubelet_expand", "overlay_nats_server"]
-
-#: A kubelet variable reference: ``$$`` (a literal ``$``) or ``$(NAME)``.
-_REFERENCE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
-
-
-def kubelet_expand(value: str, env: Mapping[str, str]) -> str:
-    """``value`` as the kubelet gives it to a container: each ``$(NAME)`` of a variable defined
-    before it (``envFrom``, earlier ``env``) replaced by its value, ``$$`` by ``$``, and an
-    undefined reference left as it is."""
-
-    def one(m: re.Match[str]) -> str:
-        return "$" if m[0] == "$$" else env.get(m[1], m[0])
-
-    return _REFERENCE.sub(one, value)
+__all__ = ["overlay_nats_server"]
 
 
 def overlay_nats_server(
@@ -55,25 +41,17 @@ def overlay_nats_server(
     (container,) = pod_spec["containers"]
     namespace = sts["metadata"]["namespace"]
     name = f"{sts['metadata']['name']}-{pod}"
-    env: dict[str, str] = {}
     secrets = {
-        d["metadata"]["name"]: d
-        for d in docs
+        d["metadata"]["name"]: {k: base64.b64decode(v).decode() for k, v in d["data"].items()}
+        for d in docs  # a Secret is read in its own namespace only
         if d["kind"] == "Secret" and d["metadata"]["namespace"] == namespace
     }
-    for source in container.get("envFrom", []):  # a Secret is read in its own namespace only
-        found = secrets.get(source["secretRef"]["name"])
-        if found is None:
-            assert secret is not None, f"{overlay} brings no {source['secretRef']['name']}"
-            env |= secret
-        else:
-            env |= {k: base64.b64decode(v).decode() for k, v in found["data"].items()}
-    for var in container["env"]:
-        if "value" in var:
-            env[var["name"]] = kubelet_expand(var["value"], env)
-            continue
-        assert var["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name", var
-        env[var["name"]] = name
+    for source in container.get("envFrom", []):
+        wanted = source["secretRef"]["name"]
+        if wanted not in secrets:
+            assert secret is not None, f"{overlay} brings no Secret {wanted}"
+            secrets[wanted] = secret
+    env = pod_env(container, secrets, name)
     (volume,) = [v for v in pod_spec["volumes"] if "configMap" in v]
     config = dict(by_kind(docs, "ConfigMap")[volume["configMap"]["name"]]["data"])
     conf = config.pop("nats.conf")
