@@ -10,7 +10,8 @@ third pod's port refuses) and form the cluster: a placement crosses from one to 
 rogue server with the cluster's name, the accounts' names and a user of its own dials pod 0's
 route port without credentials, or with the route user and a wrong password: pod 0 refuses it
 (its log says so), neither side counts a route between them, and the rogue's user neither
-receives the slicer's placement nor delivers a forged one.
+receives the slicer's placement nor delivers a forged one. And the roll that brings route
+authentication to a running cluster keeps every pair of servers routed in each state it passes.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import pytest
 
 from seedance.events import nats_config
 from seedance.events.accounts import ACCOUNTS
-from seedance.events.nats_routes import ROUTE_PASSWORD_VAR, ROUTE_USER
+from seedance.events.nats_routes import ROUTE_PASSWORD_VAR, ROUTE_USER, ROUTES_VAR
 from seedance.testing.servers import NatsServer, refusing_port
 from seedance.testing.waits import eventually
 from tests.unit.deploy.overlay_nats import overlay_nats_server
@@ -69,30 +70,44 @@ def _knows_interest(server: NatsServer, subject: str) -> bool:
 
 
 @contextlib.contextmanager
-def _two_pods(tmp: Path, secret: dict[str, str]) -> Iterator[tuple[NatsServer, NatsServer]]:
-    """Pods 0 and 1 of the prod overlay, their route ports and the peers' headless names moved
-    to the loopback; pod 2's port refuses (it is not running)."""
+def _pods(
+    tmp: Path, secret: dict[str, str], running: tuple[int, ...], *, unauthenticated: int = 0
+) -> Iterator[list[NatsServer]]:
+    """Pods ``running`` of the prod overlay, their route ports and the peers' headless names
+    moved to the loopback (a pod not running: its port refuses); the first ``unauthenticated``
+    of them run the config as it was before routes authenticated (`_before_route_auth`)."""
     sts = by_kind(render("prod"), "StatefulSet")["nats"]
-    assert sts["spec"]["replicas"] == 3
-    with refusing_port() as absent:
-        ports = [_free_port(), _free_port(), absent]
+    replicas = sts["spec"]["replicas"]
+    assert replicas == 3
+    with contextlib.ExitStack() as stack:
+        ports = [
+            _free_port() if i in running else stack.enter_context(refusing_port())
+            for i in range(replicas)
+        ]
         peers = {
             f"{sts['metadata']['name']}-{i}.{sts['spec']['serviceName']}:{ROUTE_PORT}":
             f"127.0.0.1:{port}"
             for i, port in enumerate(ports)
         }  # fmt: skip
         started: list[NatsServer] = []
-        try:
-            for i in (0, 1):
-                addresses = {f"0.0.0.0:{ROUTE_PORT}": f"127.0.0.1:{ports[i]}", **peers}
-                server, _ = overlay_nats_server(
-                    "prod", tmp, pod=i, secret=secret, addresses=addresses
-                )
-                started.append(server)
-            yield started[0], started[1]
-        finally:
-            for server in started:
-                server.stop()
+        for n, i in enumerate(running):
+            addresses = {f"0.0.0.0:{ROUTE_PORT}": f"127.0.0.1:{ports[i]}", **peers}
+            old = n < unauthenticated
+            server, _ = overlay_nats_server(
+                "prod", tmp, pod=i, secret=secret, addresses=addresses,
+                edit=(lambda conf: _before_route_auth(conf, ports)) if old else None,
+            )  # fmt: skip
+            stack.callback(server.stop)
+            started.append(server)
+        yield started
+
+
+def _before_route_auth(conf: str, ports: list[int]) -> str:
+    """``conf`` as the base shipped it before routes authenticated: no ``authorization`` in
+    the cluster block, each peer dialled with no credentials."""
+    conf = re.sub(r"\n\s*authorization\s*\{[^}]*\}", "", conf)
+    urls = ", ".join(f"nats://127.0.0.1:{port}" for port in ports)
+    return conf.replace(f"routes: ${ROUTES_VAR}", f"routes: [{urls}]")
 
 
 def _route_port(server: NatsServer) -> int:
@@ -117,7 +132,7 @@ async def test_only_the_clusters_own_servers_join_as_routes(
     def pw(user: str) -> str:
         return secret[nats_config.password_var(user)]
 
-    with _two_pods(tmp_path, secret) as (pod0, pod1):
+    with _pods(tmp_path, secret, (0, 1)) as (pod0, pod1):
         await eventually(lambda: _peers(pod0) == {"nats-1"} and _peers(pod1) == {"nats-0"},
                          timeout_s=30, what="pods 0 and 1 routed to each other")  # fmt: skip
         # the Secret's route password is in no monitoring answer (8222 reaches KEDA, Prometheus)
@@ -182,3 +197,27 @@ async def test_only_the_clusters_own_servers_join_as_routes(
                 await nc.close()
             if rogue is not None:
                 rogue.stop()
+
+
+@pytest.mark.parametrize("unauthenticated", [2, 1], ids=["old-old-new", "old-new-new"])
+async def test_a_rolling_upgrade_keeps_every_pair_of_servers_routed(
+    tmp_path: Path, unauthenticated: int
+) -> None:
+    """The states a StatefulSet roll passes through when route authentication arrives (docs/
+    deploy.md, "Adding the route password to a running cluster"): pods still on the config of
+    before (no route authorization, no credentials) beside pods already on the new one. Each
+    replaced pod refuses the old pods' dials, yet dials them itself with the password, which
+    they do not check: every pair keeps a route."""
+    with _pods(tmp_path, nats_secret(), (0, 1, 2), unauthenticated=unauthenticated) as pods:
+        names = [f"nats-{i}" for i in range(3)]
+
+        def meshed() -> bool:
+            return all(_peers(p) == set(names) - {names[i]} for i, p in enumerate(pods))
+
+        await eventually(meshed, timeout_s=30, what="every pair of the three servers routed")
+        for new in pods[unauthenticated:]:  # it checks the password: the old pods' dials fail
+
+            def refuses(new: NatsServer = new) -> bool:
+                return REFUSED in new.log_path.read_text(errors="replace")
+
+            await eventually(refuses, timeout_s=15, what="a replaced pod refusing an old one")

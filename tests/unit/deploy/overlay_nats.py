@@ -15,7 +15,7 @@ that brings no Secret (prod: created out of band) gets ``secret`` as the Secret'
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from seedance.testing.servers import NatsServer
@@ -32,9 +32,10 @@ def overlay_nats_server(
     pod: int = 0,
     secret: Mapping[str, str] | None = None,
     addresses: Mapping[str, str] | None = None,
+    edit: Callable[[str], str] | None = None,
 ) -> tuple[NatsServer, dict[str, str]]:
     """The overlay's NATS pod number ``pod`` as a local process, and the environment it was
-    given."""
+    given; ``edit``, where given, rewrites its ``nats.conf`` last (a config of another release)."""
     docs = render(overlay)
     sts = by_kind(docs, "StatefulSet")["nats"]
     pod_spec = sts["spec"]["template"]["spec"]
@@ -64,5 +65,7 @@ def overlay_nats_server(
             local = root / mount["name"]
             local.mkdir(parents=True)
             conf = conf.replace(f"{mount['mountPath']}/", f"{local}/")
+    if edit is not None:
+        conf = edit(conf)
     server = NatsServer(config=conf, files=config, env=env, monitor=True, store=root / "config")
     return server, env
