@@ -28,6 +28,7 @@ PATH_LINKS = {
     "e2e/test_readme_local.py": "runs the README walkthrough (`-m tools.local_stack`)",
     "unit/deploy/test_dev_passwords.py": "runs `--check-env` (`-m tools.gen.gen_nats_auth`)",
     "unit/deploy/test_env_file.py": "runs `--check-env` (`-m tools.gen.gen_nats_auth`)",
+    "unit/deploy/test_k8s_nats_routes.py": "runs `--check-env --cluster` (`-m tools.gen...`)",
     "unit/ledger/test_focus_conformance.py": "runs tools/bench/ledger_sample_report.py",
     "unit/router/test_bench_autoscale.py": "runs two benches' entry points (`-m tools.bench.*`)",
     "unit/router/test_bench_kv_forecast_splits.py": "runs the KV bench's entry point with --splits",

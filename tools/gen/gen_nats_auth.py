@@ -22,6 +22,9 @@ differs from a fresh render.
                                                   # as compose, a NATS_PUBLISH_IP,
                                                   # NATS_PASSWORD_* or callout key set in the
                                                   # shell wins over F's (each one named)
+    python tools/gen/gen_nats_auth.py --check-env F --cluster   # also the NATS cluster's route
+                                                  # password (Kubernetes base: NATS_ROUTE_PASSWORD,
+                                                  # seedance.events.nats_routes)
     python tools/gen/gen_nats_auth.py --new-password  # print a password that follows the rule
 """
 
@@ -34,7 +37,7 @@ from pathlib import Path
 
 import yaml
 
-from seedance.events import nats_config
+from seedance.events import nats_config, nats_routes
 from seedance.events.permissions import PermissionsError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -91,8 +94,16 @@ def main() -> int:
         help="check the passwords and callout keys in FILE ('-': env); the shell's own "
         "NATS_PUBLISH_IP, NATS_PASSWORD_* and callout keys win over FILE's, as in compose",
     )
+    ap.add_argument(
+        "--cluster",
+        action="store_true",
+        help="with --check-env: FILE is a clustered NATS's (the Kubernetes base's Secret), so it "
+        f"also needs the routes' password, {nats_routes.ROUTE_PASSWORD_VAR}",
+    )
     ap.add_argument("--new-password", action="store_true", help="print a valid password")
     args = ap.parse_args()
+    if args.cluster and not args.check_env:
+        ap.error("--cluster goes with --check-env FILE")
     if args.new_password:
         print(nats_config.new_password())
         return 0
@@ -101,6 +112,8 @@ def main() -> int:
         for w in _choices().password_warnings(env, interpolated=interpolated):
             print(f"warning: {w}", file=sys.stderr)
         problems = _choices().password_problems(env, interpolated=interpolated)
+        if args.cluster:
+            problems += nats_routes.route_password_problems(env, interpolated=interpolated)
         for p in problems:
             print(p, file=sys.stderr)
         return 1 if problems else 0

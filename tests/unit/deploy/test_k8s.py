@@ -25,6 +25,7 @@ import yaml
 from seedance.core.auth_callout import new_issuer
 from seedance.core.xkeys import CurveKeyPair, new_curve_keys
 from seedance.events import nats_config, subjects
+from seedance.events.nats_routes import ROUTE_PASSWORD_VAR, ROUTES_VAR
 from seedance.events.permissions import CALLOUT_USER, IDENTITIES
 from seedance.k8s_bridge.core.endpoints import FLEET_LABEL, MODEL_LABEL
 from seedance.k8s_bridge.settings import BridgeSettings
@@ -38,6 +39,7 @@ from tests.unit.deploy.declared import (
     auth_users,
     services,
 )
+from tests.unit.deploy.kubelet import pod_env
 
 K8S = DEPLOY / "k8s"
 OVERLAYS = ("dev", "prod")
@@ -360,22 +362,22 @@ def test_nats_configmap_is_the_generated_auth_and_the_server_accepts_it(
     (volume,) = [v for v in nats["spec"]["template"]["spec"]["volumes"] if "configMap" in v]
     config = by_kind(render(overlay), "ConfigMap")[volume["configMap"]["name"]]["data"]
     assert config["auth.conf"] == auth_choices().render()
-    routes = re.findall(r"nats://([\w.-]+):6222", config["nats.conf"])
-    service = nats["spec"]["serviceName"]
-    if nats["spec"]["replicas"] > 1:
-        assert routes == [f"nats-{i}.{service}" for i in range(nats["spec"]["replicas"])]
+    if nats["spec"]["replicas"] > 1:  # its routes: tests/unit/deploy/test_k8s_nats_routes.py
+        assert re.search(r"^cluster\s*\{", config["nats.conf"], flags=re.M)
     else:  # a lone server runs JetStream standalone: a cluster block would wait for peers
         assert not re.search(r"^cluster\s*\{", config["nats.conf"], flags=re.M)
+        (container,) = nats["spec"]["template"]["spec"]["containers"]
+        assert ROUTES_VAR not in {e["name"] for e in container["env"]}  # nor the base's routes
     for name, text in config.items():
         (tmp_path / name).write_text(text)
     users = auth_choices().users()
-    env = {
-        **os.environ,
-        "POD_NAME": "nats-0",
-        **{nats_config.password_var(u.name): "x" for u in users},
-    }
-    env[nats_config.CALLOUT_ISSUER_VAR] = new_issuer().public_key.decode()
-    env[nats_config.CALLOUT_XKEY_VAR] = new_curve_keys().public_key
+    secret = {nats_config.password_var(u.name): "x" for u in users}
+    secret[nats_config.CALLOUT_ISSUER_VAR] = new_issuer().public_key.decode()
+    secret[nats_config.CALLOUT_XKEY_VAR] = new_curve_keys().public_key
+    secret[ROUTE_PASSWORD_VAR] = "x"
+    (container,) = nats["spec"]["template"]["spec"]["containers"]
+    secrets = {s["secretRef"]["name"]: secret for s in container["envFrom"]}
+    env = {**os.environ, **pod_env(container, secrets, "nats-0")}
     done = subprocess.run(
         [nats_server_binary(), "-c", str(tmp_path / "nats.conf"), "-t"],
         env=env,
