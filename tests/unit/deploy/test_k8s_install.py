@@ -414,9 +414,9 @@ NODES = {
 
 #: Who publishes each node's inventory, per overlay. The base (prod) runs two publishers of a
 #: GPU-operator node (the collector: UUIDs; the bridge: cordon, NotReady, deletion and
-#: allocatable), whose views the slicer merges (docs/k8s-bridge.md, "Who publishes a node's
-#: inventory"; `seedance.slicer.core.node_views`); the bridge alone describes GKE and CPU-only
-#: nodes (no collector runs there) and is the only one to say any node is cordoned or gone.
+#: allocatable), the known defect the slicer warns of (docs/k8s-bridge.md, "Who publishes a
+#: node's inventory"); the bridge alone describes GKE and CPU-only nodes (no collector runs
+#: there) and is the only one to say any node is cordoned or gone.
 PUBLISHERS = {
     "prod": {"gpu-operator": {"collector", "bridge"}, "gke": {"bridge"}, "cpu-only": {"bridge"}},
     "dev": {n: {"simulated node agent"} for n in NODES},

@@ -12,7 +12,7 @@ consumer reads it) before the scheduler sees it.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
 
@@ -25,6 +25,7 @@ from seedance.cost_ledger.core.booktoml import default_price_book
 from seedance.events import decode, encode
 from seedance.events.subjects import telemetry
 from seedance.events.telemetry import NodeInventory
+from seedance.events.tokens import kube_node_token
 from seedance.k8s_bridge.core.nodes import UndescribedNode, gpus_left_out, node_inventory
 from seedance.slicer.cluster_policy import ClusterPolicy
 from seedance.slicer.config import scheduler_config
@@ -36,6 +37,9 @@ from seedance.slicer.durable import SlicerState
 from seedance.slicer.mapping import node_spec
 from seedance.slicer.metrics import SlicerMetrics
 from seedance.slicer.settings import SlicerSettings
+from seedance.telemetry_collector.mapping import inventory_event
+from seedance.telemetry_collector.sample import GpuInventory
+from seedance.telemetry_collector.sample import NodeInventory as NvmlInventory
 from tests.unit.slicer.billing import _Durable
 
 AT = datetime(2026, 12, 7, 13, tzinfo=UTC)
@@ -121,6 +125,59 @@ def test_a_mig_capable_node_with_mig_off_takes_whole_gpu_jobs_whatever_the_strat
         assert len(inv.gpus) == 8, strategy
         assert all(g.mig_capable and not g.mig_enabled for g in inv.gpus), strategy
         assert placed_whole_gpu(inv), strategy
+
+
+def test_two_publishers_of_one_node_are_said_naming_the_node_and_both_shapes() -> None:
+    """The shipped base's two publishers of a GPU-operator node (the NVML collector and the
+    bridge): the slicer still takes the last inventory whole, but says so instead of flipping
+    silently: every change counted, logged once per node per leader term (no flood)."""
+    name = "ip-10-0-1-2.ec2.internal"
+    node = kube_node_token(name)
+    # NVML: 8x H100 SXM, GPUs 6 and 7 in MIG mode (the collector's own mapping).
+    nvml = NvmlInventory(node=node, gpus=tuple(
+        GpuInventory(index=i, uuid=f"GPU-{i:08x}-0000-0000-0000-000000000000",
+                     model="NVIDIA H100 80GB HBM3", mem_total_mib=81559.0, mig_capable=True,
+                     mig_enabled=i >= 6)
+        for i in range(8)))  # fmt: skip
+    collector = decode(encode(inventory_event(nvml, AT, cpu_milli=190_000, memory_mib=2_000_000)))
+    # The same node as the API server has it: GFD's labels, the 6 whole GPUs' allocatable.
+    labels = {
+        **H100_MIG_OFF, "nvidia.com/mig.strategy": "mixed",
+        "nvidia.com/mig.config": "custom-6-whole-2-all-1g.10gb",  # not all-disabled: MIG is on
+        "nvidia.com/mig-1g.10gb.count": "14",
+    }  # fmt: skip
+    kube = operator_node(labels, {"nvidia.com/gpu": "6", "nvidia.com/mig-1g.10gb": "14"})
+    kube["metadata"]["name"] = name
+    bridge = decode(encode(node_inventory(kube, AT + timedelta(seconds=1), key=KEY)))
+    assert isinstance(collector, NodeInventory)
+    assert isinstance(bridge, NodeInventory)
+
+    decider, registry = slicer()
+    with capture_logs() as logs:
+        decider.apply(collector, AT)
+        decider.apply(collector, AT)  # the same publisher again: nothing to say
+        decider.apply(bridge, AT + timedelta(seconds=1))
+        # The shipped base's two publishers go on flipping the node: counted, said once a term.
+        decider.apply(collector, AT + timedelta(seconds=2))
+        decider.apply(bridge, AT + timedelta(seconds=3))
+    said = [e for e in logs if e["event"] == "slicer_inventory_publishers_disagree"]
+    assert len(said) == 1
+    (one,) = said
+    assert one["node"] == node
+    assert (one["before"], one["after"]) == ("nvml", "node-labels")
+    assert one["before_shape"].startswith("8 GPUs NVIDIA H100 80GB HBM3 (2 in MIG mode, uuids")
+    assert "NVIDIA-H100-80GB-HBM3" in one["after_shape"]
+    assert one["after_shape"].endswith("no uuids)")
+    counted = registry.get_sample_value("seedance_slicer_inventory_publisher_changes_total")
+    assert counted == 3
+    decider.restored(0.0)  # a new leader term: the node's next change is said again
+    with capture_logs() as logs:
+        decider.apply(collector, AT + timedelta(seconds=4))
+        decider.apply(bridge, AT + timedelta(seconds=5))
+    said = [e for e in logs if e["event"] == "slicer_inventory_publishers_disagree"]
+    assert [(e["before"], e["after"]) for e in said] == [("node-labels", "nvml")]
+    counted = registry.get_sample_value("seedance_slicer_inventory_publisher_changes_total")
+    assert counted == 5
 
 
 def test_a_pool_label_with_dots_is_its_token_and_the_slicer_decodes_it() -> None:

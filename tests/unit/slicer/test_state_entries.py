@@ -25,7 +25,6 @@ from seedance.slicer.core import (
     Waiting,
 )
 from seedance.slicer.core.entries import entries_of, snapshot_of
-from seedance.slicer.core.node_views import DEVICES
 from seedance.slicer.core.scheduler import ENDED_KEPT
 from seedance.slicer.core.snapshot import decode_snapshot
 
@@ -223,8 +222,7 @@ class Rebuilding(Scheduler):
     """The scheduler as it was before nodes joined incrementally: every inventory change
     rebuilt the placement queue from its records and the policy from its shapes."""
 
-    def upsert_node(self, spec: NodeSpec, now_s: float, view: str = DEVICES) -> list[Effect]:
-        spec = self._heard(spec, view)  # the views are kept alike (`core.node_views`)
+    def upsert_node(self, spec: NodeSpec, now_s: float) -> list[Effect]:
         i = self._index.get(spec.name)
         if i is not None and (self._nodes[i] == spec or self._busy(spec.name)):
             return []

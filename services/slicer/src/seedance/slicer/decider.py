@@ -33,16 +33,9 @@ from seedance.slicer.cluster_policy import ClusterPolicy
 from seedance.slicer.core import Effect, Scheduler, SchedulerConfig
 from seedance.slicer.durable import SlicerState, slicer_state
 from seedance.slicer.intake import refusal
-from seedance.slicer.mapping import (
-    OUTCOMES,
-    job_spec,
-    node_spec,
-    published,
-    share_change,
-    view_of,
-)
+from seedance.slicer.mapping import OUTCOMES, job_spec, node_spec, published, share_change
 from seedance.slicer.metrics import SlicerMetrics
-from seedance.slicer.publishers import Said, disagreement
+from seedance.slicer.publishers import Publishers
 from seedance.slicer.settings import SlicerSettings
 from seedance.slicer.trusted_time import is_observed, is_tenant_request, trusted_time
 
@@ -78,8 +71,8 @@ class SlicerDecider:
         self._metrics = metrics
         #: (outcome, reason) of the decisions not yet durable.
         self._counts: list[tuple[str, str]] = []
-        #: The nodes whose views' disagreement was said this term (`seedance.slicer.publishers`).
-        self._said = Said()
+        #: Who described each node last (`seedance.slicer.publishers`: two publishers said).
+        self._publishers = Publishers()
         #: The key of the decisions' ids (`seedance.core.id_key`), read at the service's start,
         #: before any decision (None until then: `publishable` refuses to publish unkeyed).
         self.id_key: bytes | None = None
@@ -147,9 +140,8 @@ class SlicerDecider:
     def _effects(self, ev: Any, now_s: float) -> list[Effect]:
         sched = self._scheduler
         if isinstance(ev, NodeInventory):
-            effects = sched.upsert_node(node_spec(ev), now_s, view_of(ev))
-            self._note_views(ev.node)
-            return effects
+            self._note_publisher(ev)
+            return sched.upsert_node(node_spec(ev), now_s)
         if isinstance(ev, GpuHealth):
             return sched.set_health(ev.node, ev.gpu_index, ev.healthy, now_s)
         if isinstance(ev, PauseRequest):
@@ -166,21 +158,21 @@ class SlicerDecider:
             return self._undo_move(ev, now_s)
         raise TypeError(f"the slicer has no use for {type(ev).__name__}")
 
-    def _note_views(self, node: str) -> None:
-        """Says where, after an inventory, the node's two views (its GPUs' publisher's and the
-        cluster's) disagree on its GPUs (`seedance.slicer.publishers`): the scheduler places
-        on the devices' view. Counts each such inventory; logs a node's first per term."""
-        if (differs := disagreement(node, self._scheduler.node_views(node))) is None:
+    def _note_publisher(self, ev: NodeInventory) -> None:
+        """Says where a node's inventory came from another kind of publisher than its last:
+        the scheduler takes the last one whole, so two publishers flip the node's shape.
+        Counts every change; logs a node's first one per leader term."""
+        if (change := self._publishers.note(ev)) is None:
             return
-        self._metrics.inventory_views_disagree_total.inc()
-        if not self._said.first_word(node):
+        self._metrics.inventory_publisher_changes_total.inc()
+        if not self._publishers.first_word(change.node):
             return
         log.warning(
-            "slicer_inventory_publishers_disagree", node=node, what=",".join(differs.what),
-            devices_shape=differs.devices_shape, cluster_shape=differs.cluster_shape,
-            hint="said once per node per leader term (the counter counts each inventory); the "
-            "slicer places on the devices' view (NVML's GPUs) and takes the state from the "
-            "cluster's (docs/k8s-bridge.md, who publishes a node's inventory)",
+            "slicer_inventory_publishers_disagree", node=change.node, before=change.before,
+            before_shape=change.before_shape, after=change.after, after_shape=change.after_shape,
+            hint="said once per node per leader term (the counter counts each change); the "
+            "base's collector and k8s-bridge both publish a GPU-operator node's inventory "
+            "(docs/k8s-bridge.md, who publishes a node's inventory)",
         )  # fmt: skip
 
     def _undo_move(self, ev: JobMoveRefused, now_s: float) -> list[Effect]:
@@ -219,7 +211,7 @@ class SlicerDecider:
     def restored(self, seconds: float) -> None:
         """A leader's restore took `seconds` (read by ``make bench-scale``: keep the name)."""
         st = self._state()
-        self._said.new_term()  # each node's disagreement is said once per term
+        self._publishers.new_term()  # each node's publisher change is said once per term
         self.update_gauges()
         self._metrics.quota_revision.set(st.quota_revision)
         log.info(

@@ -63,7 +63,6 @@ from seedance.slicer.core import (
     Waiting,
     published_reason,
 )
-from seedance.slicer.core.node_views import CLUSTER, DEVICES
 
 __all__ = [
     "CARRIED",
@@ -74,7 +73,6 @@ __all__ = [
     "node_spec",
     "published",
     "share_change",
-    "view_of",
 ]
 
 #: Fields of the base `Event` every input has: `id` is the cause of its decisions, `at` its
@@ -104,12 +102,10 @@ CARRIED: Mapping[type, frozenset[str]] = {
 NOT_CARRIED: Mapping[type, Mapping[str, str]] = {
     NodeInventory: {
         "pool": "every node the inventory consumer delivers joins this slicer's pool",
-        "simulated": "a replayed node is placed on exactly like a real one (it says which "
-        "view of the node the inventory is: `view_of`)",
+        "simulated": "a replayed node is placed on exactly like a real one",
     },
     GpuInfo: {
-        "uuid": "GPUs are placed by index; the node agent resolves the index to its device "
-        "(whether any GPU has one says which view of the node the inventory is: `view_of`)",
+        "uuid": "GPUs are placed by index; the node agent resolves the index to its device",
     },
     GpuHealth: {
         "uuid": "the GPU is masked by (node, index), as it is placed",
@@ -160,14 +156,6 @@ def node_spec(ev: NodeInventory) -> NodeSpec:
         labels=dict(ev.labels),
         state=ev.state.value,
     )
-
-
-def view_of(ev: NodeInventory) -> str:
-    """Which view of its node an inventory is (`seedance.slicer.core.node_views`): `DEVICES`
-    where a publisher read the GPUs themselves (UUIDs: NVML; a simulated node agent), else
-    `CLUSTER` (GPUs without UUIDs, or none: the k8s-bridge's inventory of a Node, the only
-    publisher of a CPU-only node's). A removal removes whichever view it is."""
-    return DEVICES if ev.simulated or any(g.uuid for g in ev.gpus) else CLUSTER
 
 
 def job_spec(ev: JobSubmitted) -> JobSpec:

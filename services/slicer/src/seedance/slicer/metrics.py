@@ -36,12 +36,11 @@ class SlicerMetrics:
         )
         for reason in ("subject_mismatch", "future_time", "too_many_gpus"):
             self.refused_total.labels(reason)
-        self.inventory_views_disagree_total = Counter(
-            "seedance_slicer_inventory_views_disagree_total",
-            "Node inventories after which the node's two views (its GPUs' publisher's, NVML's; "
-            "the k8s-bridge's, GFD's labels) disagree on its GPUs' count or model, MIG-mode "
-            "GPUs aside (log slicer_inventory_publishers_disagree names the node, what "
-            "differs and both shapes).",
+        self.inventory_publisher_changes_total = Counter(
+            "seedance_slicer_inventory_publisher_changes_total",
+            "Node inventories whose kind of publisher (nvml, simulated, node-labels: the "
+            "k8s-bridge's) differs from the node's last one: two publishers describe one node "
+            "(log slicer_inventory_publishers_disagree names it and both shapes).",
             registry=registry,
         )
         self.refused_moves_total = Counter(

@@ -22,9 +22,7 @@ or in MIG mode, are left out (`gpus_left_out`, said by the shell). A Node carrie
 the inventory's are empty. Where simulated node agents publish the nodes' inventories (the dev
 overlay) ``publish_inventory`` is off; beside the base's NVML collector it is on (the bridge
 alone says a node is cordoned or going, and alone describes GKE and CPU-only nodes), so a
-GPU-operator node has two publishers, whose views the slicer merges (the GPUs the collector's,
-the state and allocatable this inventory's): docs/k8s-bridge.md, "Who publishes a node's
-inventory".
+GPU-operator node has two publishers: docs/k8s-bridge.md, "Who publishes a node's inventory".
 
 A node's state (`NodeState`): ``cordoned`` where nothing new may land but what runs stays:
 ``spec.unschedulable`` (``kubectl cordon``, which also sets the taint

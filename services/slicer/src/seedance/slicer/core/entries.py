@@ -10,9 +10,8 @@ one batch changed. This module must not decide anything.
 Keys (a job key holds a `/`, a node name does not; both are free text inside an entry key):
 
 * `g`: `Globals` (sequence counters, the workload refresh counter); every batch that submits.
-* `n/<node>`: `NodeEntry` (its stable index, `NodeSpec`, the span of the last allocation
-  released on each of its GPUs, and what each view of it said last: `core.node_views`); when
-  the node is added or re-described (by either view), or a GPU of it freed.
+* `n/<node>`: `NodeEntry` (its stable index, `NodeSpec`, and the span of the last allocation
+  released on each of its GPUs); when the node is added or re-described, or a GPU of it freed.
 * `j/<tenant>/<job>`: `JobEntry` (the request, attempts, submit time, queue record); when the
   job is submitted, placed, evicted, re-reasoned, reserved for, or ends (deleted).
 * `e/<tenant>/<job>`: its ordinal among ended jobs; when it ends (deleted when forgotten).
@@ -35,7 +34,6 @@ from typing import Any
 import msgspec
 
 from seedance.slicer.core.inputs import JobSpec, NodeSpec
-from seedance.slicer.core.node_views import NodeViews
 from seedance.slicer.core.snapshot import (
     STATE_VERSION,
     HeldJob,
@@ -52,10 +50,8 @@ __all__ = [
     "Globals",
     "JobEntry",
     "NodeEntry",
-    "SavedViews",
     "encode_entry",
     "entries_of",
-    "saved_views",
     "snapshot_of",
 ]
 
@@ -82,34 +78,6 @@ class NodeEntry(msgspec.Struct, frozen=True, array_like=True):
     #: (GPU, end, thousandths) of the latest releases on its GPUs (absent in entries written
     #: before they were kept: `SchedulerState.freed_after`).
     freed: tuple[tuple[int, float, int], ...] = ()
-    #: What each view of the node said last (`seedance.slicer.core.node_views`; absent in
-    #: entries written before they were kept, and for a node no view speaks for now).
-    views: SavedViews | None = None
-
-
-class SavedViews(msgspec.Struct, frozen=True, array_like=True):
-    """`NodeViews` as a node's entry holds them: a view that is the entry's own spec (the
-    node of one publisher, most of a fleet's) is `True`, not a second copy of it."""
-
-    devices: NodeSpec | bool | None = None
-    cluster: NodeSpec | bool | None = None
-
-
-def saved_views(views: NodeViews | None, spec: NodeSpec) -> SavedViews | None:
-    if views is None:
-        return None
-    d, c = views.devices, views.cluster
-    return SavedViews(True if d == spec else d, True if c == spec else c)
-
-
-def _views(saved: SavedViews | None, spec: NodeSpec) -> NodeViews | None:
-    if saved is None:
-        return None
-    return NodeViews(_view(saved.devices, spec), _view(saved.cluster, spec))
-
-
-def _view(saved: NodeSpec | bool | None, spec: NodeSpec) -> NodeSpec | None:
-    return spec if saved is True else saved if isinstance(saved, NodeSpec) else None
 
 
 class JobEntry(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
@@ -178,11 +146,7 @@ def entries_of(snap: SchedulerSnapshot) -> dict[str, bytes]:
             f"n/{n.name}",
             e(
                 NodeEntry(
-                    i,
-                    n,
-                    tuple(sorted(released.get(n.name, ()))),
-                    tuple(freed.get(n.name, ())),
-                    saved_views(snap.views.get(n.name), n),
+                    i, n, tuple(sorted(released.get(n.name, ()))), tuple(freed.get(n.name, ()))
                 )
             ),
         )
@@ -272,7 +236,6 @@ def snapshot_of(entries: Mapping[str, bytes]) -> SchedulerSnapshot:
         moves=whole.get("moves", MovesRecord()),
         released=tuple((n.spec.name, g, a, b) for n in nodes for g, a, b in n.released),
         freed=tuple((n.spec.name, g, end, m) for n in nodes for g, end, m in n.freed),
-        views={n.spec.name: v for n in nodes if (v := _views(n.views, n.spec)) is not None},
     )
 
 

@@ -53,7 +53,6 @@ from seedance.slicer.core.effects import (
 )
 from seedance.slicer.core.inputs import JobSpec, NodeSpec, core_node, job_key
 from seedance.slicer.core.model import MAX_GPUS_PER_NODE
-from seedance.slicer.core.node_views import DEVICES
 from seedance.slicer.core.policies import FragmentationGradientDescent
 from seedance.slicer.core.queue import JobPlaced, JobPreempted, JobUnschedulable, QueueDecision
 from seedance.slicer.core.quota import Admitted, QuotaPolicy
@@ -89,8 +88,7 @@ class Scheduler(SchedulerState):
     _types: tuple[NodeType, ...] | None = None
 
     # -- inputs -----------------------------------------------------------------------------
-    def upsert_node(self, spec: NodeSpec, now_s: float, view: str = DEVICES) -> list[Effect]:
-        """`spec`, as `view` says the node is; placed on: both views merged (`core.node_views`)."""
+    def upsert_node(self, spec: NodeSpec, now_s: float) -> list[Effect]:
         if len(spec.gpus) > MAX_GPUS_PER_NODE:
             return []  # the core models at most 8 GPUs per node; such a node is not used
         levels = self.config.topology_levels
@@ -98,7 +96,7 @@ class Scheduler(SchedulerState):
             # Only the labels that name its topology domains are the node's state here.
             keep = {k: v for k, v in spec.labels.items() if k in levels}
             spec = msgspec.structs.replace(spec, labels=keep)
-        spec, i = self._heard(spec, view), self._index.get(spec.name)
+        i = self._index.get(spec.name)
         if spec.state == "removed":
             return self._remove_node(i, spec.name, now_s) if i is not None else []
         before = self.fleet_types()
@@ -575,6 +573,9 @@ class Scheduler(SchedulerState):
         if isinstance(new, FragmentationGradientDescent | LeaveEmpty):
             new.inherit(self._policy)
         self._policy = self._queue.policy = new
+
+    def _busy(self, node: str) -> bool:
+        return self._mig.busy(node) or self._queue.busy(self._index[node])
 
 
 def _invalid(job: JobSpec) -> str:

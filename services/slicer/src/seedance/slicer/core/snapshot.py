@@ -22,7 +22,6 @@ import msgspec
 
 from seedance.slicer.core.inputs import JobSpec, NodeSpec
 from seedance.slicer.core.model import NodeGpus
-from seedance.slicer.core.node_views import NodeViews
 from seedance.slicer.core.queue import Job, PendingRecord, RunningRecord
 
 __all__ = [
@@ -165,10 +164,6 @@ class SchedulerSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     #: (node, physical index, end, thousandths) of the latest releases on each GPU, by end
     #: (`SchedulerState.freed_after`); empty in snapshots written before.
     freed: tuple[tuple[str, int, float, int], ...] = ()
-    #: By node: what each of its views (its GPUs' publisher, the cluster's) said last
-    #: (`seedance.slicer.core.node_views`; `nodes` holds their merge). Empty in snapshots
-    #: written before they were kept: `node_views.seeded` fills a cordoned node's in.
-    views: dict[str, NodeViews] = msgspec.field(default_factory=dict)
 
 
 def saved_running(r: RunningRecord, names: Sequence[str], owed_milli: int = 0) -> RunningJob:

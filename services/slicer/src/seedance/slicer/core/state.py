@@ -32,14 +32,12 @@ from seedance.slicer.core.entries import (
     NodeEntry,
     encode_entry,
     entries_of,
-    saved_views,
     snapshot_of,
 )
 from seedance.slicer.core.inputs import JobSpec, NodeSpec, core_node, job_key
 from seedance.slicer.core.mig import profile
 from seedance.slicer.core.mig_pool import MigPool, gpu_mig_model
 from seedance.slicer.core.model import GPU_MILLI
-from seedance.slicer.core.node_views import NodeViews, note, seeded
 from seedance.slicer.core.queue import Job, PendingRecord, PlacementQueue, RunningRecord
 from seedance.slicer.core.quota import QuotaPolicy
 from seedance.slicer.core.snapshot import (
@@ -69,8 +67,6 @@ class SchedulerState:
         self._admission = Admission(quota)
         self._nodes: list[NodeSpec] = []
         self._index: dict[str, int] = {}
-        #: What each view of a node said last (`core.node_views`); `_nodes` holds their merge.
-        self._views: dict[str, NodeViews] = {}
         self._unhealthy: list[tuple[str, int]] = []
         self._jobs: dict[str, JobSpec] = {}
         self._attempts: dict[str, int] = {}
@@ -127,7 +123,6 @@ class SchedulerState:
         return SchedulerSnapshot(
             version=STATE_VERSION,
             nodes=tuple(self._nodes),
-            views=dict(self._views),
             unhealthy=tuple(self._unhealthy),
             jobs=dict(self._jobs),
             attempts=dict(self._attempts),
@@ -174,7 +169,6 @@ class SchedulerState:
         s = cls(config, quota)
         s._nodes = list(snap.nodes)
         s._index = {n.name: i for i, n in enumerate(s._nodes)}
-        s._views = seeded(snap.nodes, snap.views)
         s._unhealthy = [(n, g) for n, g in snap.unhealthy]
         s._jobs = dict(snap.jobs)
         s._attempts = dict(snap.attempts)
@@ -248,8 +242,7 @@ class SchedulerState:
             freed = tuple(
                 (g, *x) for g, kept in sorted(self._freed.get(name, {}).items()) for x in kept
             )
-            views = saved_views(self._views.get(name), self._nodes[i])
-            out[f"n/{name}"] = encode_entry(NodeEntry(i, self._nodes[i], released, freed, views))
+            out[f"n/{name}"] = encode_entry(NodeEntry(i, self._nodes[i], released, freed))
         for key in self._dirty_jobs | self._queue.take_touched():
             spec = self._jobs.get(key)
             out[f"j/{key}"] = None if spec is None else encode_entry(self._job_entry(key, spec))
@@ -446,20 +439,6 @@ class SchedulerState:
         nodes = self._nodes
         held = [(nodes[p.node].name, g) for p in run.placements for g in p.gpus] if run else []
         return tuple(held + ([(slot.node, slot.gpu)] if slot else []))
-
-    def _busy(self, node: str) -> bool:
-        return self._mig.busy(node) or self._queue.busy(self._index[node])
-
-    def _heard(self, spec: NodeSpec, view: str) -> NodeSpec:
-        """The node once `view` said `spec` of it: its views noted, the spec to place on."""
-        placed, changed = note(self._views, spec, view)
-        if changed:
-            self._dirty_nodes.add(spec.name)
-        return placed
-
-    def node_views(self, name: str) -> NodeViews | None:
-        """What each view last said of node `name` (`core.node_views`); None: nothing."""
-        return self._views.get(name)
 
     def _node_of(self, key: str) -> str | None:
         """The node the job `key` runs on (a gang's first), its MIG instance's; None."""
