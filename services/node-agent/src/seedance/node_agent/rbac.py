@@ -55,7 +55,8 @@ RULES: tuple[Rule, ...] = (
         ("create",),
         "a Warning Event on a pod whose container start it refuses because the kubelet gave "
         "it devices answered for another pod (the reason, where the pod's owner looks). "
-        "Granted: any Event in any namespace",
+        "Granted: any Event in any namespace; the admission policy seedance-node-agent-own-"
+        "events refuses all but a Warning on a pod naming its own node (Kubernetes 1.32+)",
     ),
     Rule(
         "",
