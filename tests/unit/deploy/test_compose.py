@@ -174,9 +174,10 @@ def test_the_replaying_collector_may_speak_for_exactly_the_nodes_it_replays() ->
     assert auth_users()["replay_nodes"] == replayed
 
 
-def test_nats_image_is_the_pinned_server_line(compose: dict[str, Any]) -> None:
-    major, minor, _ = pinned_nats_version()
-    assert compose["services"]["nats"]["image"] == f"nats:{major}.{minor}-alpine"
+def test_nats_image_is_the_pinned_server_version(compose: dict[str, Any]) -> None:
+    """The exact version the tests run (a `2.15-alpine` tag floats to every 2.15.x)."""
+    major, minor, patch = pinned_nats_version()
+    assert compose["services"]["nats"]["image"] == f"nats:{major}.{minor}.{patch}-alpine"
 
 
 def test_nats_config_with_auth_is_accepted_by_the_pinned_server(

@@ -220,7 +220,8 @@ def restricted_violations(pod: dict[str, Any]) -> list[str]:
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_pod_security_labels_and_every_pod_meets_its_namespaces_level(overlay: str) -> None:
     """seedance-system enforces `restricted` and every pod there meets it; only the node agent,
-    in the node's namespace, runs privileged. The collector is there beside it (where, with
+    in the node's namespace, uses the host's PIDs and directories (test_hardening.py: what else
+    it may not). The collector is there beside it (where, with
     the per-node credentials, it reads its node's password from the host) but needs no
     privilege: it meets `restricted` too."""
     docs = render(overlay, ("keda", "servicemonitor", "nvidia-runtime", "mig-manager"))

@@ -46,14 +46,17 @@ RULES: tuple[Rule, ...] = (
         "pods",
         ("list",),
         "the pods bound to its node (field selector spec.nodeName): Allocate's candidates, and "
-        "at start the pods already holding devices",
+        "at start the pods already holding devices. Granted: every pod of every namespace (RBAC "
+        "has no field selector): their specs, env literals included",
     ),
     Rule(
         "",
         "events",
         ("create",),
         "a Warning Event on a pod whose container start it refuses because the kubelet gave "
-        "it devices answered for another pod (the reason, where the pod's owner looks)",
+        "it devices answered for another pod (the reason, where the pod's owner looks). "
+        "Granted: any Event in any namespace; the admission policy seedance-node-agent-own-"
+        "events refuses all but a Warning on a pod naming its own node (Kubernetes 1.32+)",
     ),
     Rule(
         "",
@@ -61,7 +64,7 @@ RULES: tuple[Rule, ...] = (
         ("get",),
         "its own Node: the allocatable another device plugin would fill (checked before "
         "registering), the labels saying whether mig-manager owns MIG, the CPU and memory of "
-        "a simulated node's inventory",
+        "a simulated node's inventory. Granted: any Node",
     ),
 )
 
@@ -70,14 +73,18 @@ MIG_MANAGER_RULES: tuple[Rule, ...] = (
         "",
         "nodes",
         ("patch",),
-        "its node's nvidia.com/mig.config label: the layout mig-manager is to apply",
+        "its node's nvidia.com/mig.config label: the layout mig-manager is to apply. Granted: "
+        "any field of any Node (labels, taints, unschedulable); the component's admission "
+        "policy seedance-node-agent-own-mig-label refuses all but its own node's label "
+        "(Kubernetes 1.32+)",
     ),
     Rule(
         "",
         "configmaps",
         ("get", "update"),
         "the layouts ConfigMap mig-manager reads: a plan's layout added (read, then replaced at "
-        "the version read)",
+        "the version read). The one ConfigMap holds every node's layouts: an agent may rewrite "
+        "any of them",
         resource_names=(MIG_LAYOUTS_CONFIG_MAP,),
         namespace=MIG_LAYOUTS_NAMESPACE,
     ),

@@ -36,7 +36,7 @@ from seedance.testing.kube_api.resources import ResourceType
 from seedance.testing.kube_api.selectors import Selector
 from seedance.testing.kube_api.store import Store, StoreKey
 
-__all__ = ["ANONYMOUS", "Admission", "UserInfo", "service_account"]
+__all__ = ["ANONYMOUS", "NODE_NAME_EXTRA", "Admission", "UserInfo", "service_account"]
 
 _GROUP = "admissionregistration.k8s.io"
 _POLICIES: StoreKey = (_GROUP, "validatingadmissionpolicies")
@@ -47,23 +47,35 @@ _CODES = {"Invalid": 422, "Forbidden": 403, "Unauthorized": 401, "RequestEntityT
 
 @dataclass(frozen=True, slots=True)
 class UserInfo:
-    """An authenticated user, as ``request.userInfo`` shows it."""
+    """An authenticated user, as ``request.userInfo`` shows it (``extra``: key -> values, as
+    the authenticator adds them, e.g. a pod-bound service account token's node)."""
 
     username: str
     groups: tuple[str, ...] = ()
+    extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def as_json(self) -> dict[str, Any]:
-        return {"username": self.username, "groups": list(self.groups)}
+        out: dict[str, Any] = {"username": self.username, "groups": list(self.groups)}
+        if self.extra:
+            out["extra"] = {k: list(v) for k, v in self.extra}
+        return out
 
 
 ANONYMOUS = UserInfo("system:anonymous", ("system:unauthenticated",))
 
 
-def service_account(namespace: str, name: str) -> UserInfo:
-    """The user a service account's token authenticates as."""
+#: The key under which the API server (1.32+, ServiceAccountTokenPodNodeInfo) tells a pod-bound
+#: service account token's node: ``request.userInfo.extra[NODE_NAME_EXTRA]``.
+NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
+
+
+def service_account(namespace: str, name: str, node: str = "") -> UserInfo:
+    """The user a service account's token authenticates as; ``node``: the token is bound to a
+    pod on that node (its ``extra`` names the node, as the real server's does)."""
     return UserInfo(
         f"system:serviceaccount:{namespace}:{name}",
         ("system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"),
+        ((NODE_NAME_EXTRA, (node,)),) if node else (),
     )
 
 

@@ -142,10 +142,10 @@ class KubeApiServer:
         self.tokens[token] = user
         return token
 
-    def service_account_token(self, namespace: str, name: str) -> str:
-        """A token of service account ``namespace/name``
-        (``system:serviceaccount:<ns>:<name>``, its groups)."""
-        return self.token_for(service_account(namespace, name))
+    def service_account_token(self, namespace: str, name: str, node: str = "") -> str:
+        """A token of service account ``namespace/name`` (its user and groups), bound to a pod
+        on ``node`` where given (``request.userInfo.extra``'s node name)."""
+        return self.token_for(service_account(namespace, name, node))
 
     def kubeconfig(
         self, path: Path | str, namespace: str = "default", token: str = ADMIN_TOKEN
