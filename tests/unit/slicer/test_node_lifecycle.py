@@ -92,3 +92,27 @@ def test_node_states_survive_a_snapshot() -> None:
     # The restored scheduler still keeps the cordoned node closed and the removed one empty.
     assert placed_on(back.submit(job("j2"), 4.0)) == {}
     assert placed_on(back.upsert_node(node("n1"), 5.0)) == {"j2": "n1"}
+
+
+def mig_node(name: str, state: str = "ready") -> NodeSpec:
+    gpu = GpuSpec(model="NVIDIA A100-SXM4-80GB", mig_capable=True, mig_enabled=True)
+    return NodeSpec(name=name, cpu_milli=32_000, memory_mib=256_000, gpus=(gpu,), state=state)
+
+
+def mig_job(jid: str) -> JobSpec:
+    return JobSpec(job_id=jid, tenant="a", cause_id=f"c-{jid}", mig=True, mig_profile="1g.10gb")
+
+
+def test_a_cordoned_node_gets_no_new_mig_instance_either() -> None:
+    """The MIG pool chose among every node's MIG GPUs, cordoned ones included: a MIG job
+    landed on a node the bridge had cordoned (draining, NotReady, about to be deleted)."""
+    s = Scheduler()
+    s.upsert_node(mig_node("n1", state="cordoned"), 0.0)
+    out = s.submit(mig_job("m1"), 1.0)
+    assert placed_on(out) == {}
+    assert any(isinstance(e, Waiting) for e in out)  # it waits: the profile is known
+    assert placed_on(s.upsert_node(mig_node("n2"), 2.0)) == {"m1": "n2"}
+    # Made ready again: the cordoned node takes the next one.
+    s.upsert_node(mig_node("n2", state="cordoned"), 3.0)
+    s.upsert_node(mig_node("n1"), 4.0)
+    assert placed_on(s.submit(mig_job("m2"), 5.0)) == {"m2": "n1"}

@@ -70,9 +70,11 @@ class MigPool:
         nodes: Sequence[NodeSpec],
         unhealthy: Collection[tuple[str, int]],
         host_free: Callable[[int], tuple[int, int]],
+        closed: Collection[int] = (),
     ) -> tuple[list[MigCandidate], bool]:
         """The MIG GPUs that could host `job` now (`host_free(node index)`: free CPU and
-        memory there), and whether any GPU of the pool knows its profile at all."""
+        memory there; none on the `closed` nodes: cordoned, not ready or drained), and whether
+        any GPU of the pool knows its profile at all (a closed node's too: the job waits)."""
         known = False
         out = []
         for n, spec in enumerate(nodes):
@@ -83,6 +85,8 @@ class MigPool:
                 if not any(p.name == job.mig_profile for p in MIG_PROFILES[gm]):
                     continue
                 known = True
+                if n in closed:
+                    continue
                 cpu, mem = host_free(n)
                 if cpu >= job.cpu_milli and mem >= job.memory_mib:
                     out.append(MigCandidate(spec.name, g, gm))

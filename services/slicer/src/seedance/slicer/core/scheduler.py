@@ -522,6 +522,7 @@ class Scheduler(SchedulerState):
             self._nodes,
             self._unhealthy,
             lambda n: (int(state.cpu_free[n]), int(state.mem_free[n])),
+            self._cordoned,
         )
         if not known:
             return "no_mig_profile"
