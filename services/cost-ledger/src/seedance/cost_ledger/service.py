@@ -33,7 +33,7 @@ from __future__ import annotations
 from seedance.core import Clock, Lifecycle, ServiceRuntime, WallClock
 from seedance.core.durable.replicated import Checkpointing, ReplicatedRuntime
 from seedance.core.logs import get_logger
-from seedance.cost_ledger.core.replica import LedgerReplica
+from seedance.cost_ledger.core.replica import OUTPUT_HEADERS_BYTES, LedgerReplica
 from seedance.cost_ledger.metrics import LedgerMetrics
 from seedance.cost_ledger.stepper import LedgerStep
 from seedance.events.subjects import replica_consumer
@@ -101,8 +101,22 @@ class LedgerService(Lifecycle):
 
     async def start(self) -> None:
         await self._rt.start()
+        self._check_max_payload(self._rt.bus.nc.max_payload)
         await self.durable.start()
         log.info("ledger_started", replica=self.name, seq=self.replica.seq)
+
+    def _check_max_payload(self, max_payload: int) -> None:
+        """Refuse to start on a server whose ``max_payload`` cannot carry the largest output
+        the step lets through (``max_output_bytes``, a constant of every replica, plus its
+        headers): it would fail at that output's publish, mid-stream, at every restart."""
+        need = self.replica.max_output_bytes + OUTPUT_HEADERS_BYTES
+        if max_payload < need:
+            raise RuntimeError(
+                f"the server's max_payload = {max_payload} is under max_output_bytes = "
+                f"{self.replica.max_output_bytes} + {OUTPUT_HEADERS_BYTES} for headers: raise "
+                "the server's max_payload or lower SEEDANCE_COST_LEDGER_MAX_OUTPUT_BYTES (the "
+                "same on every replica)"
+            )
 
     async def run(self) -> None:
         await self._rt.run()
