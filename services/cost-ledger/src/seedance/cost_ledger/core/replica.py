@@ -382,13 +382,13 @@ class LedgerReplica:
         only (this input closed its window) is not this input's: refusing it would refuse
         every input that closes that window after it (billing stops); it is published as it
         is (docs/cost-ledger.md, "Outputs and `max_payload`")."""
-        prefix = event.id
+        own, derived = event.id, f"{event.id}:"  # its facts' ids (``<id>:<gpu index>``, ...)
         for p in pubs:
             size = len(encode(p.event))
             if size <= self.max_output_bytes:
                 continue
             sources = p.event.source_ids if isinstance(p.event, CostEntry | JobCostReport) else []
-            if not any(i.startswith(prefix) for i in sources):
+            if not any(i == own or i.startswith(derived) for i in sources):
                 continue
             if saved is None:
                 self.emitted_unsaved += 1  # a defect of _may_refuse: published as before
