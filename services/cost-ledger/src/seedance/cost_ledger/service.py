@@ -16,8 +16,10 @@ A SIGKILL anywhere loses nothing (what is after the checkpoint is re-read) and d
 nothing (same ids, same content). Inputs that can never be applied are dead-lettered with a
 reason (with an id derived from the input, so two replicas' letters are one): a message that
 never decodes (a naive ``at``), a fact on another tenant's or node's subject, a time ahead of
-the message's stream timestamp by more than ``max_ahead_s``, and any error raised while
-stepping one event (``LedgerReplica.step``); the replica goes on with the next message.
+the message's stream timestamp by more than ``max_ahead_s``, an input whose step would emit an
+output derived from it over ``max_output_bytes`` (the step undone), and any error raised while
+stepping one event (``LedgerReplica.step``); the replica goes on with the next message. It
+refuses to start on a server whose ``max_payload`` cannot carry that bound.
 Each input that produces outputs (or places a job) gets a span over its step that continues its
 producer's trace, and what it produces carries W3C trace context beside ``Nats-Msg-Id``: a job's
 cost entries carry its placement's,
