@@ -84,8 +84,9 @@ async def test_an_input_whose_output_is_over_the_bound_is_dead_lettered_and_bill
         return start + timedelta(minutes=minutes)
 
     # acme's job on h-a (one T4) and h-b's eight idle T4s, read 40 times in the first window.
+    inventories = [_inventory(1, at(0), "h-a", 1), _inventory(2, at(0), "h-b", 8)]
     first = [
-        _inventory(1, at(0), "h-a", 1), _inventory(2, at(0), "h-b", 8),
+        *inventories,
         _place(3, at(0), "acme", "train-1", "h-a"),
         *(_burst(100 + k, at(k / 12), "h-b") for k in range(40)),
         *(_sample(200 + m, at(m), "h-a") for m in range(0, 13, 3)),
@@ -97,7 +98,12 @@ async def test_an_input_whose_output_is_over_the_bound_is_dead_lettered_and_bill
     ]
     closer = _sample(99, at(75), "h-a")
     async with serving(_ledger(server.url, "bounded", BOUND)) as service:
-        await _publish(bus, first)
+        # The inventories first: the server sources them into the merged stream apart from
+        # the samples, and one sourced after the window's close would be a late input whose
+        # step re-settles h-b's window (refused as well).
+        await _publish(bus, inventories)
+        await caught_up(bus, service, len(inventories))
+        await _publish(bus, first[len(inventories) :])
         await caught_up(bus, service, len(first))
         assert service.replica.ledger.closed_until_window is not None
         await _publish(bus, [late])
