@@ -175,7 +175,6 @@ def main() -> int | None:
         tenants=settings.tenant_set(),
         max_ahead_s=settings.max_ahead_s,
         telemetry_ahead_s=settings.telemetry_ahead_s,
-        max_output_bytes=settings.max_output_bytes,
     )
     runtime = ServiceRuntime(NAME, bus, http_host=settings.http_host, http_port=settings.http_port)
     service = LedgerService.build(

@@ -15,7 +15,7 @@ __all__ = ["DEAD_LETTER_KINDS", "LedgerMetrics"]
 #: The kinds an input is dead-lettered with (``InputRejected.kind``, and ``decode_error``).
 DEAD_LETTER_KINDS = (
     "future_time", "subject_mismatch", "tenant_mismatch", "unknown_tenant", "invalid_input",
-    "step_error", "decode_error", "implausible_energy", "output_too_large",
+    "step_error", "decode_error", "implausible_energy",
 )  # fmt: skip
 
 
@@ -47,8 +47,7 @@ class LedgerMetrics:
             "Inputs dead-lettered, by kind (future_time: dated past the bound; subject_mismatch: a "
             "node's fact naming another node than its subject's; tenant_mismatch; invalid_input; "
             "step_error; decode_error; implausible_energy: a GPU's energy counter rose faster "
-            "than any GPU draws; output_too_large: its step would emit an output derived from it "
-            "over max_output_bytes).",
+            "than any GPU draws).",
             ["kind"],
             registry=registry,
         )

@@ -11,7 +11,6 @@ import msgspec
 import yaml
 
 from seedance.cost_ledger import core
-from seedance.cost_ledger.core.replica import MAX_OUTPUT_BYTES
 from seedance.events.tokens import check_tenant, check_token
 
 __all__ = ["LedgerSettings", "load_budgets", "parse_budgets", "replica_name"]
@@ -50,11 +49,6 @@ class LedgerSettings(msgspec.Struct, frozen=True, kw_only=True):
     #: node's clock a moment before the server gets them: a few seconds. A replay whose
     #: virtual time runs ahead of the wall clock (the demo's closing batch) sets more.
     telemetry_ahead_s: Annotated[int, msgspec.Meta(ge=0)] = 10
-    #: The most one output may encode to: an input whose step would emit a larger output
-    #: derived from it is dead-lettered ``output_too_large`` (``LedgerReplica``). The same on
-    #: every replica (it decides what is billed); the server's ``max_payload`` must exceed it
-    #: by 4 KiB (checked at start).
-    max_output_bytes: Annotated[int, msgspec.Meta(ge=1)] = MAX_OUTPUT_BYTES
     #: A budgets file (YAML, see ``parse_budgets``); no guard if empty.
     budgets: str = ""
     #: Known tenants, comma-separated; inputs naming another tenant are dead-lettered. Empty:

@@ -62,13 +62,7 @@ import msgspec
 
 from seedance.cost_ledger.core.budget import Budget, SpendPoint, evaluate_budget
 from seedance.cost_ledger.core.config import LedgerConfig
-from seedance.cost_ledger.core.facts import (
-    GpuAllocation,
-    GpuSample,
-    JobEnded,
-    LedgerInput,
-    LedgerInputError,
-)
+from seedance.cost_ledger.core.facts import GpuSample, LedgerInput, LedgerInputError
 from seedance.cost_ledger.core.ledger import Ledger
 from seedance.cost_ledger.core.lines import CostLine, LedgerOutput, LedgerTotals
 from seedance.cost_ledger.core.mapping import (
@@ -84,7 +78,7 @@ from seedance.cost_ledger.core.mapping import (
 )
 from seedance.cost_ledger.core.pricebook import PriceBook
 from seedance.cost_ledger.core.windows import closable_until
-from seedance.events import Event, encode
+from seedance.events import Event
 from seedance.events.cost import CostEntry, JobCostReport
 from seedance.events.slicing import JobReleased, Placement, Preempted, ShareChanged
 from seedance.events.subjects import SubjectShapeError, owner_of, slicing, telemetry
@@ -126,17 +120,16 @@ DEFAULT_MAX_AHEAD_S = 300
 #: before the server receives them: a small bound (a sample 290 s ahead, inside the general
 #: bound, once produced 52 cost entries ending in the future).
 DEFAULT_TELEMETRY_AHEAD_S = 10
-#: The most one output may encode to (``seedance.events.encode``, what is published): an input
-#: whose step would emit a larger output that derives from it is refused (``output_too_large``)
-#: and leaves the state as it was. A constant of the step, not the connection's
-#: ``max_payload``, so every replica decides the same. 960 KiB, under the server's default
-#: 1 MiB with room for headers; not lower, since a line carries every sample id of its window
-#: and an honest 64-GPU node sampled each second has a 785 KiB idle line per 300 s window
-#: (a lower bound would refuse each late placement on it). One input's own strings add at
-#: most 16 KiB (``tests/unit/ledger/test_wire_bounds_outputs.py``).
-MAX_OUTPUT_BYTES = 960 * 1024
+#: The most one output encodes to (``seedance.events.encode``, what is published), for any
+#: input within the wire's bounds: by construction, whatever the window's length and the
+#: nodes' sampling rates. A line's ``source_ids`` hold at most ``MAX_SOURCE_IDS`` (128)
+#: entries (``bounded_source_ids``), each a fact's id (an event id, at most 64 characters,
+#: plus ``:resized``) or the digest entry; its strings are within the telemetry's and the
+#: tokens' bounds. Proven for the worst case in ``tests/unit/ledger/test_output_size_bound.py``
+#: (docs/cost-ledger.md, "Outputs and `max_payload`").
+MAX_OUTPUT_BYTES = 64 * 1024
 #: What an output's headers (``Nats-Msg-Id``, trace context) may add: the service refuses to
-#: start on a connection whose ``max_payload`` is under ``max_output_bytes`` plus this.
+#: start on a connection whose ``max_payload`` is under ``MAX_OUTPUT_BYTES`` plus this.
 OUTPUT_HEADERS_BYTES = 4096
 
 
@@ -182,10 +175,7 @@ class LedgerReplica:
         tenants: Iterable[str] = (),
         max_ahead_s: int = DEFAULT_MAX_AHEAD_S,
         telemetry_ahead_s: int = DEFAULT_TELEMETRY_AHEAD_S,
-        max_output_bytes: int = MAX_OUTPUT_BYTES,
     ) -> None:
-        if max_output_bytes < 1:
-            raise ValueError(f"max_output_bytes = {max_output_bytes!r}: must be >= 1")
         if max_ahead_s < 0:
             raise ValueError(f"max_ahead_s = {max_ahead_s!r}: must be >= 0")
         if telemetry_ahead_s < 0:
@@ -196,10 +186,6 @@ class LedgerReplica:
         self.tenants = frozenset(tenants)
         self.max_ahead_ms = max_ahead_s * 1000
         self.telemetry_ahead_ms = telemetry_ahead_s * 1000
-        self.max_output_bytes = max_output_bytes
-        #: Outputs over the bound, derived from their step's input, with no state saved to go
-        #: back to (``_may_refuse`` missed them; published as they are): none is expected.
-        self.emitted_unsaved = 0
         self.ledger = Ledger(book, self.config)
         self._s = _State(silence_on_server_clock=True)
         #: Budgeted tenants' spend per window end (micro-USD); ``_State.spend`` in a checkpoint.
@@ -220,7 +206,10 @@ class LedgerReplica:
     @property
     def clock_ms(self) -> int | None:
         """The event-time clock windows close by (see the module's docstring)."""
-        return _clock(self._s.samples_ms, self._s.led_ms)
+        samples, led = self._s.samples_ms, self._s.led_ms
+        if samples is None or led is None:
+            return led if samples is None else samples
+        return max(samples, led)
 
     def start_after(self, seq: int) -> None:
         """Skip the stream up to ``seq`` (a fresh replica told not to replay history)."""
@@ -287,8 +276,6 @@ class LedgerReplica:
             # moves nothing either. A tenant's request that the slicer released unplaced once
             # moved this clock months ahead and billed every running job up to it.
             return []
-        # The state to go back to should this step emit an output over the bound (``_bounded``).
-        saved = self.to_bytes() if self._may_refuse(event, inputs, t, stream_ms) else None
         try:
             if isinstance(event, GpuSampleBatch):
                 self.ledger.apply_samples([i for i in inputs if isinstance(i, GpuSample)])
@@ -307,99 +294,27 @@ class LedgerReplica:
         self._note_time(t, sample, stream_ms)
         # Pod shares are telemetry too: a late one waits for the next window close, as a
         # sample does (they do not move the samples' clock: the collectors' samples do).
-        pubs = self._advance_if_due(sample or isinstance(event, PodShares))
-        if pubs:
-            self._bounded(event, pubs, saved)
-        return pubs
+        return self._advance_if_due(sample or isinstance(event, PodShares))
 
     def _note_time(self, t: int, sample: bool, stream_ms: int | None) -> None:
         """Move the clock's inputs: the newest times, and how long the telemetry was silent."""
         s = self._s
-        s.now_ms, s.samples_ms, s.samples_stream_ms, s.led_ms = self._times_after(
-            t, sample, stream_ms
-        )
-
-    def _times_after(
-        self, t: int, sample: bool, stream_ms: int | None
-    ) -> tuple[int, int | None, int | None, int | None]:
-        """The clock's inputs (now, samples, samples' stream time, led) once an input at ``t``
-        is noted; changes nothing (``_may_refuse`` asks before the step applies anything)."""
-        s = self._s
-        now = t if s.now_ms is None or t > s.now_ms else s.now_ms
-        samples, led = s.samples_ms, s.led_ms
-        since = s.samples_stream_ms
-        if since is None or (sample and stream_ms is not None):
-            since = stream_ms  # the silence is counted from the first input
+        if s.now_ms is None or t > s.now_ms:
+            s.now_ms = t
+        if s.samples_stream_ms is None or (sample and stream_ms is not None):
+            s.samples_stream_ms = stream_ms  # the silence is counted from the first input
         if sample:
-            if samples is None or t > samples:
-                samples = t
-            return now, samples, since, led
+            if s.samples_ms is None or t > s.samples_ms:
+                s.samples_ms = t
+            return
         skew = self.config.source_skew_ms
         # Without stream timestamps (an offline replay) there is no server's clock to judge the
         # silence by: other inputs lead as soon as they are ahead by the skew.
-        silent = stream_ms is None or since is None or stream_ms - since > skew
-        if silent and (led is None or now - skew > led):
-            led = now - skew
-        return now, samples, since, led
-
-    # ------------------------------------------------------------------------- output bound
-
-    def _may_refuse(
-        self, event: Event, inputs: Sequence[LedgerInput], t: int, stream_ms: int | None
-    ) -> bool:
-        """Whether this step may emit an output that derives from ``event``, asked before
-        anything is applied: then the state is saved (``to_bytes``, a checkpoint's cost) so
-        that ``_bounded`` can undo the step. Outputs come only from ``_advance_if_due``: the
-        lines of the windows it settles, all before the closed boundary after the step (the
-        windows it closes and the dirty ones), and the reports of jobs ended by it. A line
-        derives from the facts of its window, so only an input with a fact dated before that
-        boundary can be among its sources (an on-time sample is never: a window closes
-        ``lateness`` after its end). Telemetry settles nothing until a window closes. So the
-        state is saved for late facts and a window's first inputs, not for the rest."""
-        closed = self.ledger.closed_until_window
-        sample = isinstance(event, GpuSampleBatch)
-        _, samples, _, led = self._times_after(t, sample, stream_ms)
-        clock = _clock(samples, led)
-        target = None if clock is None else closable_until(
-            clock, self.config.window_ms, self.config.lateness_ms
-        )  # fmt: skip
-        if target is None or (closed is not None and target <= closed):
-            if closed is None or sample or isinstance(event, PodShares):
-                return False  # nothing closes, and telemetry settles nothing else
-            target = closed
-        elif closed is not None:
-            target = max(target, closed)
-        # At the boundary too: a job ended there is reported (``Ledger._job_costs``).
-        boundary_ms = target * self.config.window_ms
-        return any(_fact_ms(i) <= boundary_ms for i in inputs)
-
-    def _bounded(self, event: Event, pubs: list[Publication], saved: bytes | None) -> None:
-        """Refuse ``event`` if an output of its step that derives from it (one of its facts is
-        among the output's sources) encodes to more than ``max_output_bytes``: the state goes
-        back to ``saved``, from before the step (less the sequence, consumed), and the input is
-        dead-lettered ``output_too_large``. Decided from the outputs' bytes and a constant, so
-        the same on every replica. An output over the bound that derives from earlier inputs
-        only (this input closed its window) is not this input's: refusing it would refuse
-        every input that closes that window after it (billing stops); it is published as it
-        is (docs/cost-ledger.md, "Outputs and `max_payload`")."""
-        own, derived = event.id, f"{event.id}:"  # its facts' ids (``<id>:<gpu index>``, ...)
-        for p in pubs:
-            size = len(encode(p.event))
-            if size <= self.max_output_bytes:
-                continue
-            sources = p.event.source_ids if isinstance(p.event, CostEntry | JobCostReport) else []
-            if not any(i == own or i.startswith(derived) for i in sources):
-                continue
-            if saved is None:
-                self.emitted_unsaved += 1  # a defect of _may_refuse: published as before
-                return
-            self.restore(saved)
-            raise InputRejected(
-                "output_too_large",
-                f"{type(event).__name__} {event.id}: its step's {type(p.event).__name__} on "
-                f"{p.subject!r} ({_output_name(p.event)}) encodes to {size} bytes, over "
-                f"max_output_bytes = {self.max_output_bytes}; not applied",
-            )
+        since = s.samples_stream_ms
+        if stream_ms is None or since is None or stream_ms - since > skew:
+            led = s.now_ms - skew
+            if s.led_ms is None or led > s.led_ms:
+                s.led_ms = led
 
     @staticmethod
     def _check_subject(event: Event, subject: str) -> None:
@@ -525,29 +440,6 @@ class LedgerReplica:
 
     def totals(self) -> LedgerTotals:
         return self.ledger.totals()
-
-
-def _clock(samples_ms: int | None, led_ms: int | None) -> int | None:
-    if samples_ms is None or led_ms is None:
-        return led_ms if samples_ms is None else samples_ms
-    return max(samples_ms, led_ms)
-
-
-def _fact_ms(fact: LedgerInput) -> int:
-    """The earliest instant a fact may change (``Ledger._insert_*`` mark from there on)."""
-    if isinstance(fact, GpuAllocation):
-        return fact.start_ms
-    if isinstance(fact, JobEnded):
-        return fact.end_ms
-    return fact.at_ms
-
-
-def _output_name(event: Event) -> str:
-    if isinstance(event, CostEntry):
-        return f"line {event.line_id}"
-    if isinstance(event, JobCostReport):
-        return f"report {event.source_ids[0] if event.source_ids else event.job_id}"
-    return f"id {event.id}"
 
 
 def ledger_inputs(events: Iterable[Event], book: PriceBook) -> list[LedgerInput]:
