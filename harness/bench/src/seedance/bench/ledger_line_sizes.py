@@ -1,15 +1,15 @@
-"""How large the ledger's largest output grows with a node's sample readings per window.
+"""How large the ledger's largest output is for a node's sample readings per window.
 
 One node with ``--gpus`` GPUs (its inventory, one whole placement on GPU 0) reports a sample
 batch every ``--tick-s`` seconds for 1.3 windows of ``--window-s``; the first window closes and
-its outputs are encoded as published (``seedance.events.encode``). Each GPU's reading is one
-source id of its window's lines (``<batch id>:<gpu>``), and the idle line carries all of them,
-so its size grows with GPUs x readings per window. Compared with the server's default
-``max_payload`` (1 MiB) and the step's ``MAX_OUTPUT_BYTES`` (docs/cost-ledger.md, "Outputs and
-``max_payload``").
+its outputs are encoded as published (``seedance.events.encode``). A line lists its facts, then
+each sample batch it read once (before: each GPU's reading, ``<batch id>:<gpu>``, so the idle
+line grew with GPUs x readings per window), at most ``MAX_SOURCE_IDS`` entries. Compared with
+the server's default ``max_payload`` (1 MiB) and the ledger's ``MAX_OUTPUT_BYTES`` (64 KiB;
+docs/cost-ledger.md, "Outputs and ``max_payload``").
 
 Last line: ``ledger_line_sizes: gpus=<n> window_s=<n> tick_s=<x> readings=<n>
-largest_bytes=<n> line=<line id> over_max_payload=<bool>``.
+largest_bytes=<n> line=<line id> over_max_payload=<bool> over_bound=<bool>``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import argparse
 from datetime import UTC, datetime, timedelta
 
 from seedance.cost_ledger import core
-from seedance.cost_ledger.core.replica import LedgerReplica
+from seedance.cost_ledger.core.replica import MAX_OUTPUT_BYTES, LedgerReplica
 from seedance.events import encode, new_event_id
 from seedance.events.slicing import GpuAssignment, Placement, PlacementKind
 from seedance.events.subjects import slicing, telemetry
@@ -65,6 +65,6 @@ def main() -> int:
     print(
         f"ledger_line_sizes: gpus={args.gpus} window_s={args.window_s} tick_s={args.tick_s} "
         f"readings={readings} largest_bytes={size} line={line} "
-        f"over_max_payload={size > MAX_PAYLOAD}"
+        f"over_max_payload={size > MAX_PAYLOAD} over_bound={size > MAX_OUTPUT_BYTES}"
     )
     return 0
