@@ -44,7 +44,8 @@ def bus_as(url: str, user: str) -> BusSettings:
 
 
 def _ledger(url: str, name: str) -> LedgerService:
-    runtime = ServiceRuntime("cost-ledger", bus_as(url, "cost-ledger"), registry=CollectorRegistry())
+    settings = bus_as(url, "cost-ledger")
+    runtime = ServiceRuntime("cost-ledger", settings, registry=CollectorRegistry())
     return LedgerService.build(runtime, LedgerReplica(BOOK, CONFIG), name=name, checkpoint_key=name)
 
 

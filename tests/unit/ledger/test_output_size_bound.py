@@ -42,6 +42,8 @@ from seedance.events.telemetry import (
     GpuSampleBatch,
     NodeInventory,
 )
+from seedance.reports.focus import focus_rows
+from seedance.reports.lines import lines_from_events
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -170,3 +172,10 @@ def test_bounding_is_a_no_op_on_a_bounded_list_and_keeps_short_ones() -> None:
     assert bounded_source_ids(once) == once
     assert bounded_source_ids(ids[:MAX_SOURCE_IDS]) == ids[:MAX_SOURCE_IDS]
     assert source_count(ids[:5]) == 5
+
+
+def test_focus_counts_the_sources_a_capped_line_names() -> None:
+    inputs, entries = _window(gpus=8, batches=600)
+    rows = focus_rows(lines_from_events(entries))
+    idle = [r for r in rows if r["x_LineKind"] == "idle" and r["PricingUnit"] == "GPU-Hours"]
+    assert [r["x_SourceEventCount"] for r in idle] == [len(inputs)]  # 602, not the 128 listed

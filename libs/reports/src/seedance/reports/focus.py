@@ -240,9 +240,7 @@ def _fold(entries: Iterable[ReportLine]) -> list[tuple[ReportLine, LineAmounts, 
         counted = max(counted, source_count(e.source_event_ids))
         # the latest revision carries current metadata
         folded[key] = (e if e.revision > first.revision else first, amounts, sources, counted)
-    return [
-        (e, a, max(c, len(s) - _capped(s))) for _, (e, a, s, c) in sorted(folded.items())
-    ]
+    return [(e, a, max(c, len(s) - _capped(s))) for _, (e, a, s, c) in sorted(folded.items())]
 
 
 def _capped(ids: set[str]) -> int:
