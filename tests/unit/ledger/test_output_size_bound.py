@@ -179,3 +179,23 @@ def test_focus_counts_the_sources_a_capped_line_names() -> None:
     rows = focus_rows(lines_from_events(entries))
     idle = [r for r in rows if r["x_LineKind"] == "idle" and r["PricingUnit"] == "GPU-Hours"]
     assert [r["x_SourceEventCount"] for r in idle] == [len(inputs)]  # 602, not the 128 listed
+
+
+def test_a_checkpoint_from_before_publishes_its_outbox_bounded() -> None:
+    # A checkpoint written before the core bounded source_ids: its outbox holds a line
+    # listing each reading of an 8-GPU hour (28,800 ids), as the base branch's core made it.
+    readings = tuple(sorted(f"{new_event_id(at=T0)}:{g}" for _ in range(3600) for g in range(8)))
+    old = LedgerReplica(core.default_price_book(), core.LedgerConfig(window_s=3600))
+    line = CostLine(
+        entry_id="idle:node-a:node-a:1:r0", kind="idle", revision=0, tenant="", job_id="",
+        node="node-a", gpu_model="H100", pricing_tier="on_demand", window_start_ms=3_600_000,
+        window_end_ms=7_200_000, amounts=Amounts(cost_usd_micro=1), activity_ppm=None,
+        source_event_ids=readings,
+    )  # fmt: skip
+    old.ledger.outbox.append(line)
+    replica = LedgerReplica(core.default_price_book(), core.LedgerConfig(window_s=3600))
+    replica.restore(old.to_bytes())
+    [pub] = replica.pending()
+    assert len(encode(pub.event)) <= MAX_OUTPUT_BYTES
+    assert source_count(pub.event.source_ids) == len(readings)
+    assert pub.event.source_ids[-1].endswith(source_digest(readings))
