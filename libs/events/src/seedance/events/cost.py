@@ -7,6 +7,9 @@ from the same events matches to the cent, whatever the order of addition.
 from __future__ import annotations
 
 import enum
+import hashlib
+import re
+from collections.abc import Sequence
 from typing import Annotated, TypeVar
 
 import msgspec
@@ -15,6 +18,7 @@ from seedance.events.base import Event, UtcDatetime
 from seedance.events.tokens import _TENANT_BODY, Name, TenantId, anchored
 
 __all__ = [
+    "MAX_SOURCE_IDS",
     "BudgetAlert",
     "CostEntry",
     "CostEntryV1",
@@ -24,10 +28,53 @@ __all__ = [
     "MeasuredUse",
     "PauseRequest",
     "TenantOrIdle",
+    "bounded_source_ids",
     "current",
+    "is_source_summary",
     "micro_usd_to_usd",
+    "source_count",
+    "source_digest",
     "upgrade",
 ]
+
+#: The most entries one output's ``source_ids`` holds (a report's id first, then as many):
+#: past it, the first ``MAX_SOURCE_IDS - 1`` and one entry naming the rest by count and a
+#: digest over the whole sorted set (``bounded_source_ids``). So a line's size does not grow
+#: with its window's length nor its node's sampling rate.
+MAX_SOURCE_IDS = 128
+_MORE = re.compile(r"\+([0-9]+)-more-of-([0-9]+):sha256:([0-9a-f]{64})")
+
+
+def source_digest(ids: Sequence[str]) -> str:
+    """SHA-256 (hex) over the sorted set of ``ids``, encoded as a compact JSON array of strings
+    (``msgspec.json.encode(sorted(set(ids)))``; Python's ``json.dumps(..., separators=(",",
+    ":"), ensure_ascii=False)`` gives the same bytes for ids without control characters): what
+    an auditor recomputes from a window's facts to check a capped list."""
+    return hashlib.sha256(msgspec.json.encode(sorted(set(ids)))).hexdigest()
+
+
+def bounded_source_ids(ids: Sequence[str], limit: int = MAX_SOURCE_IDS) -> list[str]:
+    """``ids`` (distinct, in the order to list them) as at most ``limit`` entries: all of them
+    where they fit, else the first ``limit - 1`` and ``+<rest>-more-of-<total>:sha256:<hex>``
+    (``source_digest`` of all ``ids``; longer than any event id, so no id reads as one). A
+    pure function of ``ids``: the same on every replica; a list it returns comes back
+    unchanged."""
+    if len(ids) <= limit:
+        return list(ids)
+    keep = limit - 1
+    return [*ids[:keep], f"+{len(ids) - keep}-more-of-{len(ids)}:sha256:{source_digest(ids)}"]
+
+
+def is_source_summary(entry: str) -> bool:
+    """Whether ``entry`` is a capped list's last entry (``bounded_source_ids``), not an id."""
+    return _MORE.fullmatch(entry) is not None
+
+
+def source_count(ids: Sequence[str]) -> int:
+    """How many sources ``ids`` stands for: its entries, a capped list's last one counted as
+    the sources it names (``bounded_source_ids``)."""
+    more = _MORE.fullmatch(ids[-1]) if ids else None
+    return len(ids) if more is None else len(ids) - 1 + int(more.group(1))
 
 
 def micro_usd_to_usd(micro_usd: int) -> float:
@@ -88,7 +135,11 @@ class CostEntry(Event, frozen=True, kw_only=True, tag="cost.entry.v2"):
     cost_micro_usd: int
     #: GPU-hours in millionths.
     gpu_hours_micro: int
-    #: The events this entry derives from: the ledger's idempotency key.
+    #: The events this entry derives from: its window's facts (placements, ends, inventories),
+    #: then the sample batches read (each once, by the batch's id); at most ``MAX_SOURCE_IDS``
+    #: entries, the last naming the rest by count and digest where they do not fit
+    #: (``bounded_source_ids``; entries published before that list every reading,
+    #: ``<batch id>:<gpu index>``).
     source_ids: list[str] = msgspec.field(default_factory=list)
     #: The ledger's deterministic line key (``usage:<job>:<node>:<window>:r<revision>``).
     line_id: str = ""
@@ -201,6 +252,8 @@ class JobCostReport(Event, frozen=True, kw_only=True, tag="cost.job_report.v1"):
     usd_per_tflop_hour: float | None = None
     assumptions: list[str] = msgspec.field(default_factory=list)
     revision: int = 0
+    #: The ledger's report id, then the job's allocations and ends, bounded as a cost entry's
+    #: (``bounded_source_ids``: at most ``MAX_SOURCE_IDS`` after the report id).
     source_ids: list[str] = msgspec.field(default_factory=list)
     #: Under measured billing of shared GPUs, the job's GPU-time cost under allocation billing
     #: (``cost_micro_usd`` less energy is the measured bill); None under allocation billing.

@@ -48,6 +48,7 @@ from typing import Any
 
 import msgspec
 
+from seedance.events.cost import is_source_summary, source_count
 from seedance.reports.idle import apportion
 from seedance.reports.lines import LineAmounts, ReportLine
 
@@ -224,18 +225,27 @@ def _ratio(num: Fraction, places: int = _UNIT_PRICE_PLACES) -> Decimal:
 
 
 def _fold(entries: Iterable[ReportLine]) -> list[tuple[ReportLine, LineAmounts, int]]:
-    """One line per (kind, job, node, window): amounts summed over revisions."""
-    folded: dict[tuple[str, str, str, int], tuple[ReportLine, LineAmounts, set[str]]] = {}
+    """One line per (kind, job, node, window): amounts summed over revisions, and the number
+    of distinct sources of its revisions. Where a revision's list is capped (its last entry
+    names the rest by count, ``bounded_source_ids``), at least its count: the ids it does not
+    list cannot be told apart from another revision's."""
+    folded: dict[tuple[str, str, str, int], tuple[ReportLine, LineAmounts, set[str], int]] = {}
     for e in entries:
         key = (e.kind, e.job_id, e.node, e.window_start_ms)
         if key not in folded:
-            folded[key] = (e, LineAmounts(), set())
-        first, amounts, sources = folded[key]
+            folded[key] = (e, LineAmounts(), set(), 0)
+        first, amounts, sources, counted = folded[key]
         amounts.add(e.amounts)
         sources.update(e.source_event_ids)
-        if e.revision > first.revision:
-            folded[key] = (e, amounts, sources)  # the latest revision carries current metadata
-    return [(e, a, len(s)) for _, (e, a, s) in sorted(folded.items())]
+        counted = max(counted, source_count(e.source_event_ids))
+        # the latest revision carries current metadata
+        folded[key] = (e if e.revision > first.revision else first, amounts, sources, counted)
+    return [(e, a, max(c, len(s) - _capped(s))) for _, (e, a, s, c) in sorted(folded.items())]
+
+
+def _capped(ids: set[str]) -> int:
+    """How many of ``ids`` are a capped list's last entry (``bounded_source_ids``)."""
+    return sum(is_source_summary(i) for i in ids)
 
 
 def _tags(e: ReportLine) -> dict[str, str]:

@@ -17,7 +17,10 @@ nothing (same ids, same content). Inputs that can never be applied are dead-lett
 reason (with an id derived from the input, so two replicas' letters are one): a message that
 never decodes (a naive ``at``), a fact on another tenant's or node's subject, a time ahead of
 the message's stream timestamp by more than ``max_ahead_s``, and any error raised while
-stepping one event (``LedgerReplica.step``); the replica goes on with the next message.
+stepping one event (``LedgerReplica.step``); the replica goes on with the next message. Every
+output is bounded by construction (``MAX_OUTPUT_BYTES``, 64 KiB, whatever the window and the
+sampling rate); the service refuses to start on a server whose ``max_payload`` cannot carry
+that bound.
 Each input that produces outputs (or places a job) gets a span over its step that continues its
 producer's trace, and what it produces carries W3C trace context beside ``Nats-Msg-Id``: a job's
 cost entries carry its placement's,
@@ -33,7 +36,11 @@ from __future__ import annotations
 from seedance.core import Clock, Lifecycle, ServiceRuntime, WallClock
 from seedance.core.durable.replicated import Checkpointing, ReplicatedRuntime
 from seedance.core.logs import get_logger
-from seedance.cost_ledger.core.replica import LedgerReplica
+from seedance.cost_ledger.core.replica import (
+    MAX_OUTPUT_BYTES,
+    OUTPUT_HEADERS_BYTES,
+    LedgerReplica,
+)
 from seedance.cost_ledger.metrics import LedgerMetrics
 from seedance.cost_ledger.stepper import LedgerStep
 from seedance.events.subjects import replica_consumer
@@ -101,8 +108,21 @@ class LedgerService(Lifecycle):
 
     async def start(self) -> None:
         await self._rt.start()
+        self._check_max_payload(self._rt.bus.nc.max_payload)
         await self.durable.start()
         log.info("ledger_started", replica=self.name, seq=self.replica.seq)
+
+    def _check_max_payload(self, max_payload: int) -> None:
+        """Refuse to start on a server whose ``max_payload`` cannot carry the largest output
+        the ledger can make (``MAX_OUTPUT_BYTES``, plus its headers): it would fail at that
+        output's publish, mid-stream, at every restart."""
+        need = MAX_OUTPUT_BYTES + OUTPUT_HEADERS_BYTES
+        if max_payload < need:
+            raise RuntimeError(
+                f"the server's max_payload = {max_payload} is under the ledger's output bound "
+                f"MAX_OUTPUT_BYTES = {MAX_OUTPUT_BYTES} + {OUTPUT_HEADERS_BYTES} for headers: "
+                "raise the server's max_payload (nats-server's default, 1 MiB, carries it)"
+            )
 
     async def run(self) -> None:
         await self._rt.run()

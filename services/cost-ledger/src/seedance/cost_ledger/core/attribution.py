@@ -76,7 +76,9 @@ LineResult = tuple[Amounts, int | None, str, str, LineUse | None]
 
 @dataclass(frozen=True, slots=True)
 class Attribution:
-    """The lines of one node-window and, per line, the sorted ids of the facts it comes from."""
+    """The lines of one node-window and, per line, the ids of what it comes from: its facts
+    (placements, ends, inventories) sorted, then its sample batches sorted, each batch once
+    (``_batch_ids``)."""
 
     lines: dict[LineKey, LineResult]
     sources: dict[LineKey, tuple[str, ...]]
@@ -301,13 +303,15 @@ class _Use:
 class _LineSet:
     """The lines of one node-window being built, and the facts each comes from."""
 
-    __slots__ = ("lines", "sources")
+    __slots__ = ("batches", "lines", "sources")
 
     def __init__(self) -> None:
         self.lines: dict[LineKey, _Line] = {}
         # A defaultdict on purpose: an allocation is a source of the idle line even where
         # there is none (yet), so a line emitted before and now zero keeps its sources.
         self.sources: dict[LineKey, set[str]] = defaultdict(set)
+        # The sample batches each line read (listed after its facts: a window holds thousands).
+        self.batches: dict[LineKey, set[str]] = defaultdict(set)
 
     def line(self, key: LineKey, tenant: str, model: str) -> _Line:
         line = self.lines.get(key)
@@ -327,7 +331,14 @@ class _LineSet:
             )
             for key, line in self.lines.items()
         }
-        return Attribution(lines, {k: tuple(sorted(v)) for k, v in self.sources.items()})
+        sources = {
+            k: (*sorted(facts), *sorted(self.batches.get(k, set()) - facts))
+            for k, facts in self.sources.items()
+        }
+        for k, batches in self.batches.items():
+            if k not in sources:
+                sources[k] = tuple(sorted(batches))
+        return Attribution(lines, sources)
 
 
 #: An allocation on one GPU: the allocation, its share of the GPU, its overlap (ms), its end's id
@@ -394,7 +405,7 @@ def attribute(win: NodeWindow, pricing: Pricing) -> Attribution:
             out, g, holders, usage, model, rates, info, pricing, measured
         )
         if info is not None and g < info.gpu_count:
-            _charge_gpu_idle(out, win, info, usage, charged_total, model, rates, pricing)
+            _charge_gpu_idle(out, win, info, g, usage, charged_total, model, rates, pricing)
     if untouched and info is not None and node_model is not None:
         _charge_untouched(out, win, info, untouched, pricing.rates(node_model, tier))
     return out.rounded(pricing, tier)
@@ -516,7 +527,7 @@ def _charge_holders(
         sources = out.sources[key]
         if n:
             line.measured(usage.energy_mj * charged, usage.ppm_sum, n)
-            sources.update(usage.event_ids)
+            out.batches[key].update(_batch_ids(usage, gpu))
         if tflop_den:
             if charged == charged_total:  # the GPU's only line: all of it
                 line.tflop_hours.add(tflop_num, tflop_den)
@@ -539,6 +550,7 @@ def _charge_gpu_idle(
     out: _LineSet,
     win: NodeWindow,
     info: NodeInfo,
+    gpu: int,
     usage: GpuUsage,
     charged_total: Rational,
     model: str,
@@ -553,8 +565,18 @@ def _charge_gpu_idle(
     if usage.n:
         # energy · (1 - min(1, charged_total / W)); the / W is taken once per line
         line.measured(usage.energy_mj * (W - min(W, charged_total)), usage.ppm_sum, usage.n)
-        out.sources[IDLE_KEY].update(usage.event_ids)
+        out.batches[IDLE_KEY].update(_batch_ids(usage, gpu))
     _idle_sources(out, win, info)
+
+
+def _batch_ids(usage: GpuUsage, gpu: int) -> set[str]:
+    """The ids of the sample batches ``usage`` read: a reading's id is its batch's and its
+    GPU's (``<batch id>:<gpu index>``, ``mapping``), and a line lists each batch once, not
+    once per GPU it read (an 8-GPU node sampled each second: 8 x 3,600 ids an hour). An id
+    of another form (a fact built by hand) is listed as it is."""
+    tail = f":{gpu}"
+    n = len(tail)
+    return {i[:-n] if len(i) > n and i.endswith(tail) else i for i in usage.event_ids}
 
 
 def _idle_sources(out: _LineSet, win: NodeWindow, info: NodeInfo) -> None:

@@ -53,6 +53,7 @@ from seedance.cost_ledger.core.windows import (
     window_bounds_ms,
     window_of,
 )
+from seedance.events.cost import bounded_source_ids
 
 __all__ = ["Ledger", "recompute"]
 
@@ -331,7 +332,7 @@ class Ledger:
                 window_end_ms=b,
                 amounts=delta,
                 activity_ppm=activity,
-                source_event_ids=result.sources.get(key, ()),
+                source_event_ids=tuple(bounded_source_ids(result.sources.get(key, ()))),
                 assumptions=self.pricing.assumptions(model),
                 price_assumed=self.pricing.price_assumed(model),
                 price_fallback=self.pricing.fallback(model),
@@ -385,7 +386,9 @@ class Ledger:
                     end_ms=end.end_ms,
                     amounts=amounts,
                     usd_per_tflop_hour_micro=usd_per_tflop_hour_micro(amounts),
-                    source_event_ids=tuple(sorted([*allocs, *self.facts.ends_of_job(job)])),
+                    source_event_ids=tuple(
+                        bounded_source_ids(sorted([*allocs, *self.facts.ends_of_job(job)]))
+                    ),
                     shared_billing=self.book.shared_billing,
                 )
             )

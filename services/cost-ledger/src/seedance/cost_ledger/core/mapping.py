@@ -68,7 +68,9 @@ energy; the GPU-time part is ``cost_micro_usd - energy_micro_usd``), ``line_id``
 (``gpu_hours_micro``, ``energy_mj``, ``energy_micro_usd``, ``list_cost_micro_usd``,
 ``tflop_hours_micro``, ``activity_ppm``, ``pricing_tier``, ``assumptions``, ``revision``,
 ``source_ids``, ``usage``: the line's ``LineUse`` as ``MeasuredUse``, field for field,
-``price_assumed`` and ``price_fallback``).
+``price_assumed`` and ``price_fallback``). ``source_ids`` is bounded here again
+(``bounded_source_ids``, a no-op on what the core emits): an outbox restored from a checkpoint
+written before the core bounded it may hold a line listing every reading of its window.
 ``JobCost`` → ``JobCostReport`` (v1; its floats ``gpu_hours = gpu_hours_micro / 10⁶``,
 ``energy_j = energy_mj / 1000`` (None: none measured) and ``usd_per_tflop_hour`` are derived
 here from the core's exact integers, display only; ``source_ids[0]`` is the core's
@@ -111,6 +113,7 @@ from seedance.events.cost import (
     JobCostReport,
     MeasuredUse,
     PauseRequest,
+    bounded_source_ids,
 )
 from seedance.events.slicing import JobReleased, Placement, PlacementKind, Preempted, ShareChanged
 from seedance.events.subjects import costs, ledger
@@ -400,7 +403,7 @@ def to_bus(o: CostLine | JobCost) -> Publication:
             a.allocation_cost_usd_micro if o.shared_billing == "measured" else None
         ),
         # The first source is the core's report id: confirm_published needs it back.
-        source_ids=[o.report_id, *o.source_event_ids],
+        source_ids=[o.report_id, *bounded_source_ids(o.source_event_ids)],
     )
     return Publication(costs.subject(o.tenant, "report"), report)
 
@@ -418,7 +421,7 @@ def _line_to_bus(o: CostLine) -> Publication:
         period_start=utc_datetime(o.window_start_ms),
         period_end=utc_datetime(o.window_end_ms),
         cost_micro_usd=a.total_usd_micro,
-        source_ids=list(o.source_event_ids),
+        source_ids=bounded_source_ids(o.source_event_ids),
         line_id=o.entry_id,
         revision=o.revision,
         pricing_tier=o.pricing_tier,

@@ -88,6 +88,8 @@ __all__ = [
     "DEFAULT_MAX_AHEAD_S",
     "DEFAULT_TELEMETRY_AHEAD_S",
     "INPUT_TYPES",
+    "MAX_OUTPUT_BYTES",
+    "OUTPUT_HEADERS_BYTES",
     "InputEvent",
     "LedgerReplica",
     "ledger_inputs",
@@ -118,6 +120,17 @@ DEFAULT_MAX_AHEAD_S = 300
 #: before the server receives them: a small bound (a sample 290 s ahead, inside the general
 #: bound, once produced 52 cost entries ending in the future).
 DEFAULT_TELEMETRY_AHEAD_S = 10
+#: The most one output encodes to (``seedance.events.encode``, what is published), for any
+#: input within the wire's bounds: by construction, whatever the window's length and the
+#: nodes' sampling rates. A line's ``source_ids`` hold at most ``MAX_SOURCE_IDS`` (128)
+#: entries (``bounded_source_ids``), each a fact's id (an event id, at most 64 characters,
+#: plus ``:resized``) or the digest entry; its strings are within the telemetry's and the
+#: tokens' bounds. Proven for the worst case in ``tests/unit/ledger/test_output_size_bound.py``
+#: (docs/cost-ledger.md, "Outputs and `max_payload`").
+MAX_OUTPUT_BYTES = 64 * 1024
+#: What an output's headers (``Nats-Msg-Id``, trace context) may add: the service refuses to
+#: start on a connection whose ``max_payload`` is under ``MAX_OUTPUT_BYTES`` plus this.
+OUTPUT_HEADERS_BYTES = 4096
 
 
 class _State(msgspec.Struct, kw_only=True):
