@@ -1,12 +1,13 @@
 """Real GPU names on the bus, billed by the cost-ledger running as its shipped user.
 
 The shipped-auth server (``auth_url``), the slicer's and the collector's own users publishing
-what they observe: GPUs named as NVML and GPU feature discovery name them, a MIG compute
-instance NVML names as a device (``... MIG 1c.3g.20gb``, billed as its share of the parent), one
-the price book declines to price (the GeForce RTX 4090: ``[unpriced]``, with its reason) and one
-it cannot identify (an anonymised model of the Alibaba spot trace). Every one is billed; the
-last two at the book's fallback, flagged on their entries, counted in a metric and logged once
-each, the declined one's log line naming why.
+what they observe: GPUs named as NVML and GPU feature discovery name them, one the price book
+declines to price (the GeForce RTX 4090: ``[unpriced]``, with its reason) and one it cannot
+identify (an anonymised model of the Alibaba spot trace). Every one is billed; the last two at the
+book's fallback, flagged on their entries, counted in a metric and logged once each, the declined
+one's log line naming why. A MIG compute instance NVML names as a device (``... MIG 1c.7g.80gb``)
+is refused: its inventory and placement dead-lettered naming why (it would bill 1/7 of the GPU
+and the rest to no one), nothing else lost.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from seedance.cost_ledger import core
 from seedance.cost_ledger.core.replica import LedgerReplica
 from seedance.cost_ledger.service import LedgerService
 from seedance.events import decode
+from seedance.events.dlq import DeadLetter
 from seedance.events.cost import CostEntry, CostKind
 from seedance.events.slicing import GpuAssignment, Placement, PlacementKind
 from seedance.events.subjects import slicing, telemetry
@@ -35,10 +37,11 @@ CONFIG = core.LedgerConfig(retention_windows=288)
 NODES = (
     ("nvml-node", "NVIDIA A100-SXM4-80GB", "A100-SXM4-80GB", False),
     ("gfd-node", "NVIDIA-H100-80GB-HBM3", "H100-SXM5-80GB", False),
-    ("ci-node", "A100-SXM4-40GB MIG 1c.3g.20gb", "A100-SXM4-40GB-MIG-1c.3g.20gb", False),
     ("rtx-node", "NVIDIA GeForce RTX 4090", "RTX-4090-24GB", True),
     ("spot-node", "GPU-series-1", "GPU-series-1", True),
 )
+# One A100's only device: a compute instance holding one of its GPU instance's seven slices.
+CI_NODE, CI_NAME = "ci-node", "NVIDIA A100-SXM4-80GB MIG 1c.7g.80gb"
 
 
 def bus_as(url: str, user: str) -> BusSettings:
@@ -92,17 +95,32 @@ async def test_every_reported_name_is_billed_and_an_unknown_one_at_the_flagged_f
                     await slicer.publish(
                         slicing.subject("acme", "placement"), placement(node, name, i)
                     )
+                n = len(NODES)
+                await collector.publish(telemetry.inventory(CI_NODE), inventory(CI_NODE, CI_NAME, n))
+                await slicer.publish(
+                    slicing.subject("acme", "placement"), placement(CI_NODE, CI_NAME, n)
+                )
                 for minutes in (5, 25):  # closes the first windows on each node's samples
                     for node, *_ in NODES:
                         await collector.publish(telemetry.sample(node), batch(node, minutes))
 
                 # every input stepped and every output acked: nothing more will come
-                await caught_up(admin, service, 4 * len(NODES))
+                await caught_up(admin, service, 4 * len(NODES) + 2)
                 msgs = await read_all(admin, "SEEDANCE_COSTS")
+                letters = [
+                    decode(m.data, DeadLetter)
+                    for m in await read_all(admin, "SEEDANCE_DLQ", "seedance.dlq.cost-ledger")
+                ]
     finally:
         for b in buses:
             await b.close()
     entries = [e for e in (decode(m.data) for m in msgs) if isinstance(e, CostEntry)]
+    # the compute instance: refused whole, both facts, naming the field, the name and why
+    assert sorted(d.error_kind for d in letters) == ["invalid_input", "invalid_input"]
+    for d, fact in zip(sorted(letters, key=lambda d: d.reason), ("NodeInfo", "Placement")):
+        assert d.reason.startswith(f"{fact}.gpu_model = {CI_NAME!r}: a MIG compute instance")
+        assert "billed to no one" in d.reason
+    assert not [e for e in entries if e.node == CI_NODE]
     window_h = CONFIG.window_s / 3600
     for node, name, model, fallback in NODES:
         usage = [e for e in entries if e.node == node and e.kind == CostKind.COMPUTE]

@@ -273,3 +273,20 @@ def test_the_prices_command_prints_one_line_per_name() -> None:
     ]
     assert got[0] is not None
     assert Fraction(got[0].group(2)) == round(Fraction("27.44705") / 8 * 10**6) / Fraction(10**6)
+
+
+def test_the_prices_command_prices_a_mig_name_no_gpu_can_hold_as_unknown() -> None:
+    # once a traceback (lookup raised PriceBookError): now an unknown GPU at the fallback
+    names = (
+        "NVIDIA A100-SXM4-80GB MIG 0c.3g.40gb", "NVIDIA A100-SXM4-80GB MIG 9g.80gb",
+        "NVIDIA RTX A6000 MIG 1g.6gb",
+    )  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "seedance.cost_ledger", "prices"]
+        + [arg for n in names for arg in ("--gpu-model", n)],
+        capture_output=True, text=True, check=False, env={"PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert (out.returncode, out.stderr) == (0, "")
+    fallback = price_summary(BOOK.lookup("GPU-series-1"))
+    assert out.stdout.splitlines() == [fallback] * len(names)
+    assert fallback.startswith("model=unknown ") and fallback.endswith(" fallback=true")
