@@ -22,8 +22,8 @@ from seedance.cost_ledger import core
 from seedance.cost_ledger.core.replica import LedgerReplica
 from seedance.cost_ledger.service import LedgerService
 from seedance.events import decode
-from seedance.events.dlq import DeadLetter
 from seedance.events.cost import CostEntry, CostKind
+from seedance.events.dlq import DeadLetter
 from seedance.events.slicing import GpuAssignment, Placement, PlacementKind
 from seedance.events.subjects import slicing, telemetry
 from seedance.events.telemetry import GpuInfo, GpuSample, GpuSampleBatch, NodeInventory
@@ -71,6 +71,22 @@ def batch(node: str, minutes: int) -> GpuSampleBatch:
     )  # fmt: skip
 
 
+async def _publish_compute_instance(collector: Bus, slicer: Bus) -> None:
+    n = len(NODES)
+    await collector.publish(telemetry.inventory(CI_NODE), inventory(CI_NODE, CI_NAME, n))
+    await slicer.publish(slicing.subject("acme", "placement"), placement(CI_NODE, CI_NAME, n))
+
+
+def _compute_instance_refused(letters: list[DeadLetter], entries: list[CostEntry]) -> None:
+    """Both of its facts refused whole, each naming the field, the name and why; none billed."""
+    assert sorted(d.error_kind for d in letters) == ["invalid_input", "invalid_input"]
+    by_reason = sorted(letters, key=lambda d: d.reason)
+    for d, fact in zip(by_reason, ("NodeInfo", "Placement"), strict=True):
+        assert d.reason.startswith(f"{fact}.gpu_model = {CI_NAME!r}: a MIG compute instance")
+        assert "billed to no one" in d.reason
+    assert not [e for e in entries if e.node == CI_NODE]
+
+
 async def test_every_reported_name_is_billed_and_an_unknown_one_at_the_flagged_fallback(
     auth_url: str, unique: str
 ) -> None:
@@ -95,11 +111,7 @@ async def test_every_reported_name_is_billed_and_an_unknown_one_at_the_flagged_f
                     await slicer.publish(
                         slicing.subject("acme", "placement"), placement(node, name, i)
                     )
-                n = len(NODES)
-                await collector.publish(telemetry.inventory(CI_NODE), inventory(CI_NODE, CI_NAME, n))
-                await slicer.publish(
-                    slicing.subject("acme", "placement"), placement(CI_NODE, CI_NAME, n)
-                )
+                await _publish_compute_instance(collector, slicer)
                 for minutes in (5, 25):  # closes the first windows on each node's samples
                     for node, *_ in NODES:
                         await collector.publish(telemetry.sample(node), batch(node, minutes))
@@ -115,12 +127,7 @@ async def test_every_reported_name_is_billed_and_an_unknown_one_at_the_flagged_f
         for b in buses:
             await b.close()
     entries = [e for e in (decode(m.data) for m in msgs) if isinstance(e, CostEntry)]
-    # the compute instance: refused whole, both facts, naming the field, the name and why
-    assert sorted(d.error_kind for d in letters) == ["invalid_input", "invalid_input"]
-    for d, fact in zip(sorted(letters, key=lambda d: d.reason), ("NodeInfo", "Placement")):
-        assert d.reason.startswith(f"{fact}.gpu_model = {CI_NAME!r}: a MIG compute instance")
-        assert "billed to no one" in d.reason
-    assert not [e for e in entries if e.node == CI_NODE]
+    _compute_instance_refused(letters, entries)
     window_h = CONFIG.window_s / 3600
     for node, name, model, fallback in NODES:
         usage = [e for e in entries if e.node == node and e.kind == CostKind.COMPUTE]

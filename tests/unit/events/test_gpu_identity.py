@@ -70,7 +70,8 @@ def test_a_compute_instance_names_its_gpu_instance_and_keeps_its_slices() -> Non
     assert canonical_model(ci.name) == "A100-SXM4-40GB-MIG-1c.3g.20gb"
     again = identify(canonical_model(ci.name))  # the canonical name reads back the same
     assert (again.model, again.mig_profile, again.ci_slices) == ("A100-SXM4-40GB", "3g.20gb", 1)
-    assert ci.compute_instance and not identify("NVIDIA A100-SXM4-40GB MIG 3g.20gb").compute_instance
+    assert ci.compute_instance
+    assert not identify("NVIDIA A100-SXM4-40GB MIG 3g.20gb").compute_instance
     # the engine suffixes stay part of the profile, "-me" included ("-" is a separator)
     minus = identify("NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition-MIG-1g.24gb-me")
     assert (minus.model, minus.mig_profile) == ("RTX-PRO-6000-BLACKWELL-SERVER-96GB", "1g.24gb-me")

@@ -97,4 +97,3 @@ def test_a_mig_name_no_gpu_can_hold_is_an_unknown_gpu_billed_whole_and_flagged(n
     full = micro_from_usd(BOOK.fallback.on_demand_usd_per_hour)
     assert sum(e.amounts.cost_usd_micro for e in lines) == full
     assert lines[0].assumptions == (f"price:{name}", f"fallback:{name}")
-

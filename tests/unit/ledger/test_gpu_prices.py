@@ -289,4 +289,5 @@ def test_the_prices_command_prices_a_mig_name_no_gpu_can_hold_as_unknown() -> No
     assert (out.returncode, out.stderr) == (0, "")
     fallback = price_summary(BOOK.lookup("GPU-series-1"))
     assert out.stdout.splitlines() == [fallback] * len(names)
-    assert fallback.startswith("model=unknown ") and fallback.endswith(" fallback=true")
+    assert fallback.startswith("model=unknown ")
+    assert fallback.endswith(" fallback=true")
