@@ -97,3 +97,21 @@ def test_a_mig_name_no_gpu_can_hold_is_an_unknown_gpu_billed_whole_and_flagged(n
     full = micro_from_usd(BOOK.fallback.on_demand_usd_per_hour)
     assert sum(e.amounts.cost_usd_micro for e in lines) == full
     assert lines[0].assumptions == (f"price:{name}", f"fallback:{name}")
+
+
+@pytest.mark.parametrize("fact", ["NodeInfo", "Placement"])
+def test_a_name_the_book_cannot_price_is_refused_naming_gpu_model(fact: str) -> None:
+    # NVML writes no leading zero: the identity reads the profile, the book cannot. Once a
+    # PriceBookError raised inside Ledger.insert (a step_error dead letter, the fact lost).
+    name = f"{A100} MIG 07g.80gb"
+    led = Ledger(BOOK, HOURLY)
+    if fact == "Placement":
+        led.apply(node(A100))
+    event = node(name, "bad") if fact == "NodeInfo" else place(name, "bad")
+    with pytest.raises(LedgerInputError) as info:
+        led.apply(event)
+    assert str(info.value) == (
+        f"{fact}.gpu_model = {name!r}: cannot be priced: mig profile '07g.80gb' is not of the "
+        "form '[<c>c.]<n>g.<m>gb'"
+    )
+    assert not led.seen("bad")

@@ -291,3 +291,20 @@ def test_the_prices_command_prices_a_mig_name_no_gpu_can_hold_as_unknown() -> No
     assert out.stdout.splitlines() == [fallback] * len(names)
     assert fallback.startswith("model=unknown ")
     assert fallback.endswith(" fallback=true")
+
+
+def test_the_prices_command_names_a_gpu_it_cannot_price_and_prints_the_others() -> None:
+    bad = "NVIDIA A100-SXM4-80GB MIG 07g.80gb"  # a profile the book cannot read
+    out = subprocess.run(
+        [
+            sys.executable, "-m", "seedance.cost_ledger", "prices",
+            "--gpu-model", bad, "--gpu-model", "Tesla-T4",
+        ],
+        capture_output=True, text=True, check=False, env={"PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert out.returncode == 2
+    assert out.stdout.splitlines() == [price_summary(BOOK.lookup("Tesla-T4"))]
+    assert out.stderr == (
+        f"seedance-cost-ledger prices: gpu model {bad!r}: mig profile '07g.80gb' is not of the "
+        "form '[<c>c.]<n>g.<m>gb'\n"
+    )
