@@ -14,9 +14,9 @@ book alias; a MIG device's name (GFD's single strategy, NVML's MIG devices) is p
 share of the parent (the rule below); anything else is priced at the book's ``[fallback]``,
 flagged (``PriceLookup.fallback``), never refused (but for a MIG profile it cannot read). A
 model the book declines to price names why in ``[unpriced.<name>] reason = ".."``: it is billed
-at the fallback too, flagged, and the reason travels in the price's ``source`` (the ledger's log line, ``assumptions``). A price is
-``price_assumed = false`` only with a ``source``; a book without ``[fallback]`` prices unknown
-GPUs as its dearest GPU (stated).
+at the fallback too, flagged, and the reason travels in the price's ``source`` (the ledger's
+log line, ``assumptions``). A price is ``price_assumed = false`` only with a ``source``; a book
+without ``[fallback]`` prices unknown GPUs as its dearest GPU (stated).
 
 Share rules (documented in docs/cost-ledger.md):
 - whole GPUs: the GPU count;
