@@ -104,6 +104,7 @@ def test_a_mig_device_no_gpu_can_hold_is_unknown(name: str) -> None:
     assert (got.mig_profile, got.ci_slices, got.model) == (None, None, name)
     assert canonical_model(name) == name
     assert got.compute_instance == ("c." in name)
+    assert got.mig_named
 
 
 def test_the_vendor_word_never_changes_a_cloud_type() -> None:

@@ -218,6 +218,12 @@ hosting_overhead_fraction = "0.2"
             'lifetime_years = "1"\nhosting_overhead_fraction = "0"\n',
             "gpu.Tesla-T4-SHARED: 'Tesla-T4-SHARED' names a MIG device or a shared GPU",
         ),
+        (  # a MIG name no GPU can hold is an unknown GPU, still no model for a table
+            '[gpu."RTX-A6000-MIG-1g.6gb"]\nsource = "a"\non_demand_usd_per_hour = "1"\n'
+            'reserved_usd_per_hour = "1"\nspot_usd_per_hour = "1"\npurchase_usd = "1"\n'
+            'lifetime_years = "1"\nhosting_overhead_fraction = "0"\n',
+            "'RTX-A6000-MIG-1g.6gb' names a MIG device or a shared GPU",
+        ),
         (
             '[gpu.T4]\nsource = "a"\non_demand_usd_per_hour = "1"\n'
             'reserved_usd_per_hour = "1"\nspot_usd_per_hour = "1"\npurchase_usd = "1"\n'

@@ -85,6 +85,8 @@ class ReportedGpu:
     #: The name's MIG suffix names a compute instance (``<c>c.<g>g.<m>gb``), valid or not: the
     #: ledger refuses such devices (one cannot tell from names which share a GPU instance).
     compute_instance: bool = False
+    #: The name ends in a MIG device suffix, valid or not (``mig_profile`` only where valid).
+    mig_named: bool = False
 
     @property
     def mig_device(self) -> str | None:
@@ -340,11 +342,14 @@ def identify(name: str) -> ReportedGpu:
     key = _key(p.toks)
     gpu = _BY_MODEL[p.cloud] if p.cloud else (_BY_KEY.get(key) if key else None)
     ci = p.ci_slices is not None
-    if p.profile is not None and not _mig_fits(p, gpu):
-        return ReportedGpu(name=name, identity=None, shared=p.shared, compute_instance=ci)
+    mig = p.profile is not None
+    if mig and not _mig_fits(p, gpu):
+        return ReportedGpu(
+            name=name, identity=None, shared=p.shared, compute_instance=ci, mig_named=True
+        )
     return ReportedGpu(
         name=name, identity=gpu, mig_profile=p.profile, shared=p.shared,
-        ci_slices=p.ci_slices, compute_instance=ci,
+        ci_slices=p.ci_slices, compute_instance=ci, mig_named=mig,
     )  # fmt: skip
 
 
