@@ -1,12 +1,13 @@
 """Real GPU names on the bus, billed by the cost-ledger running as its shipped user.
 
 The shipped-auth server (``auth_url``), the slicer's and the collector's own users publishing
-what they observe: GPUs named as NVML and GPU feature discovery name them, a MIG compute
-instance NVML names as a device (``... MIG 1c.3g.20gb``, billed as its share of the parent), one
-the price book declines to price (the GeForce RTX 4090: ``[unpriced]``, with its reason) and one
-it cannot identify (an anonymised model of the Alibaba spot trace). Every one is billed; the
-last two at the book's fallback, flagged on their entries, counted in a metric and logged once
-each, the declined one's log line naming why.
+what they observe: GPUs named as NVML and GPU feature discovery name them, one the price book
+declines to price (the GeForce RTX 4090: ``[unpriced]``, with its reason) and one it cannot
+identify (an anonymised model of the Alibaba spot trace). Every one is billed; the last two at the
+book's fallback, flagged on their entries, counted in a metric and logged once each, the declined
+one's log line naming why. A MIG compute instance NVML names as a device (``... MIG 1c.7g.80gb``)
+is refused: its inventory and placement dead-lettered naming why (it would bill 1/7 of the GPU
+and the rest to no one), nothing else lost.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from seedance.cost_ledger.core.replica import LedgerReplica
 from seedance.cost_ledger.service import LedgerService
 from seedance.events import decode
 from seedance.events.cost import CostEntry, CostKind
+from seedance.events.dlq import DeadLetter
 from seedance.events.slicing import GpuAssignment, Placement, PlacementKind
 from seedance.events.subjects import slicing, telemetry
 from seedance.events.telemetry import GpuInfo, GpuSample, GpuSampleBatch, NodeInventory
@@ -35,10 +37,11 @@ CONFIG = core.LedgerConfig(retention_windows=288)
 NODES = (
     ("nvml-node", "NVIDIA A100-SXM4-80GB", "A100-SXM4-80GB", False),
     ("gfd-node", "NVIDIA-H100-80GB-HBM3", "H100-SXM5-80GB", False),
-    ("ci-node", "A100-SXM4-40GB MIG 1c.3g.20gb", "A100-SXM4-40GB-MIG-1c.3g.20gb", False),
     ("rtx-node", "NVIDIA GeForce RTX 4090", "RTX-4090-24GB", True),
     ("spot-node", "GPU-series-1", "GPU-series-1", True),
 )
+# One A100's only device: a compute instance holding one of its GPU instance's seven slices.
+CI_NODE, CI_NAME = "ci-node", "NVIDIA A100-SXM4-80GB MIG 1c.7g.80gb"
 
 
 def bus_as(url: str, user: str) -> BusSettings:
@@ -68,6 +71,22 @@ def batch(node: str, minutes: int) -> GpuSampleBatch:
     )  # fmt: skip
 
 
+async def _publish_compute_instance(collector: Bus, slicer: Bus) -> None:
+    n = len(NODES)
+    await collector.publish(telemetry.inventory(CI_NODE), inventory(CI_NODE, CI_NAME, n))
+    await slicer.publish(slicing.subject("acme", "placement"), placement(CI_NODE, CI_NAME, n))
+
+
+def _compute_instance_refused(letters: list[DeadLetter], entries: list[CostEntry]) -> None:
+    """Both of its facts refused whole, each naming the field, the name and why; none billed."""
+    assert sorted(d.error_kind for d in letters) == ["invalid_input", "invalid_input"]
+    by_reason = sorted(letters, key=lambda d: d.reason)
+    for d, fact in zip(by_reason, ("NodeInfo", "Placement"), strict=True):
+        assert d.reason.startswith(f"{fact}.gpu_model = {CI_NAME!r}: a MIG compute instance")
+        assert "billed to no one" in d.reason
+    assert not [e for e in entries if e.node == CI_NODE]
+
+
 async def test_every_reported_name_is_billed_and_an_unknown_one_at_the_flagged_fallback(
     auth_url: str, unique: str
 ) -> None:
@@ -92,17 +111,23 @@ async def test_every_reported_name_is_billed_and_an_unknown_one_at_the_flagged_f
                     await slicer.publish(
                         slicing.subject("acme", "placement"), placement(node, name, i)
                     )
+                await _publish_compute_instance(collector, slicer)
                 for minutes in (5, 25):  # closes the first windows on each node's samples
                     for node, *_ in NODES:
                         await collector.publish(telemetry.sample(node), batch(node, minutes))
 
                 # every input stepped and every output acked: nothing more will come
-                await caught_up(admin, service, 4 * len(NODES))
+                await caught_up(admin, service, 4 * len(NODES) + 2)
                 msgs = await read_all(admin, "SEEDANCE_COSTS")
+                letters = [
+                    decode(m.data, DeadLetter)
+                    for m in await read_all(admin, "SEEDANCE_DLQ", "seedance.dlq.cost-ledger")
+                ]
     finally:
         for b in buses:
             await b.close()
     entries = [e for e in (decode(m.data) for m in msgs) if isinstance(e, CostEntry)]
+    _compute_instance_refused(letters, entries)
     window_h = CONFIG.window_s / 3600
     for node, name, model, fallback in NODES:
         usage = [e for e in entries if e.node == node and e.kind == CostKind.COMPUTE]

@@ -70,13 +70,49 @@ def test_a_compute_instance_names_its_gpu_instance_and_keeps_its_slices() -> Non
     assert canonical_model(ci.name) == "A100-SXM4-40GB-MIG-1c.3g.20gb"
     again = identify(canonical_model(ci.name))  # the canonical name reads back the same
     assert (again.model, again.mig_profile, again.ci_slices) == ("A100-SXM4-40GB", "3g.20gb", 1)
-    # A CI holding all of its GI's compute is the GI (NVML names that device 3g.20gb).
-    whole = identify("NVIDIA A100-SXM4-40GB MIG 3c.3g.20gb")
-    assert (whole.mig_profile, whole.ci_slices) == ("3g.20gb", None)
+    assert ci.compute_instance
+    assert not identify("NVIDIA A100-SXM4-40GB MIG 3g.20gb").compute_instance
     # the engine suffixes stay part of the profile, "-me" included ("-" is a separator)
     minus = identify("NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition-MIG-1g.24gb-me")
     assert (minus.model, minus.mig_profile) == ("RTX-PRO-6000-BLACKWELL-SERVER-96GB", "1g.24gb-me")
     assert gpus.name_key("NVIDIA H200 MIG 2c.3g.71gb+me") == "H200"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        # a compute instance of no slices, of all its GI's (NVML names that device by its GI:
+        # "3g.20gb") or of more: no device NVML reports, never read as its GI
+        "NVIDIA A100-SXM4-80GB MIG 0c.3g.40gb",
+        "NVIDIA A100-SXM4-40GB MIG 3c.3g.20gb",
+        "NVIDIA A100-SXM4-80GB MIG 4c.3g.40gb",
+        "NVIDIA A100-SXM4-80GB MIG 2c.1g.10gb",
+        "NVIDIA A100-SXM4-80GB MIG 7c.7g.80gb",
+        # a GPU instance larger than its GPU (7 slices; the A30's 4) or than any GPU's
+        "NVIDIA A100-SXM4-80GB MIG 9g.80gb",
+        "NVIDIA A30 MIG 7g.24gb",
+        "GPU-series-1 MIG 8g.80gb",
+        # a MIG device of a part without MIG
+        "NVIDIA RTX A6000 MIG 1g.6gb",
+        "NVIDIA GeForce RTX 4090 MIG 1g.5gb",
+        "NVIDIA-T4-MIG-1g.4gb",
+    ],
+)
+def test_a_mig_device_no_gpu_can_hold_is_unknown(name: str) -> None:
+    got = identify(name)
+    assert got.identity is None
+    assert (got.mig_profile, got.ci_slices, got.model) == (None, None, name)
+    assert canonical_model(name) == name
+    assert got.compute_instance == ("c." in name)
+    assert got.mig_named
+
+
+def test_the_vendor_word_never_changes_a_cloud_type() -> None:
+    # Google's nvidia-tesla-a100 however it is spelt, "NVIDIA" or not; a bare A100 as before
+    forty = {"nvidia-tesla-a100", "NVIDIA Tesla A100", "NVIDIA-Tesla-A100", "Tesla A100"}
+    assert {canonical_model(n) for n in forty} == {"A100-SXM4-40GB"}
+    assert canonical_model("nvidia-tesla-a100-MIG-1g.5gb") == "A100-SXM4-40GB-MIG-1g.5gb"
+    assert {canonical_model(n) for n in ("A100", "NVIDIA A100")} == {"A100-SXM4-80GB"}
 
 
 def test_a_cloud_accelerator_type_means_what_the_cloud_rents() -> None:
@@ -169,6 +205,16 @@ def test_a_family_of_several_words_is_requested_by_its_name() -> None:
         "NVIDIA RTX PRO 6000 Blackwell Server Edition",
     )
     assert match_models(["rtx-6000"], fleet).matched == ()  # three boards: no guess
+
+
+def test_a_family_of_several_words_takes_qualifiers_as_a_one_word_family_does() -> None:
+    fleet = ["NVIDIA RTX PRO 6000 Blackwell Server Edition", "NVIDIA RTX 6000 Ada Generation"]
+    pro = ("NVIDIA RTX PRO 6000 Blackwell Server Edition",)
+    assert match_models(["rtx-pro-6000-96gb"], fleet).matched == pro
+    assert match_models(["RTX PRO 6000 96GB PCIe"], fleet).matched == pro
+    assert match_models(["rtx-6000-ada-48gb"], fleet).matched == tuple(fleet[1:])
+    assert match_models(["rtx-pro-6000-48gb"], fleet).matched == ()  # no such board
+    assert match_models(["rtx-pro-6000-fast"], fleet).matched == ()  # unknown: not dropped
 
 
 def test_an_unknown_qualifier_is_not_dropped() -> None:

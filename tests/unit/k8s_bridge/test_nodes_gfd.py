@@ -58,6 +58,18 @@ def test_a_whole_gpu_node_keeps_the_product_label_and_its_count() -> None:
     assert all(g.mig_capable and not g.mig_enabled for g in inv.gpus)
 
 
+@pytest.mark.parametrize(
+    "product",
+    # MIG device names the GPU identity holds unknown (no GPU can hold them): still MIG devices
+    ["NVIDIA-A100-SXM4-80GB-MIG-9g.80gb", "NVIDIA-A100-SXM4-80GB-MIG-4c.3g.40gb"],
+)
+def test_a_mig_device_no_gpu_can_hold_is_still_the_single_strategy(product: str) -> None:
+    labels = {"nvidia.com/gpu.product": product, "nvidia.com/mig.capable": "true"}
+    with pytest.raises(UndescribedNode) as info:
+        node_inventory(gfd_node(labels, gpus="4"), AT, key=b"k" * 32)
+    assert info.value.reason == "mig_single_strategy"
+
+
 def test_under_the_mig_single_strategy_the_node_gets_no_inventory_and_the_bridge_says_why() -> None:
     """The single strategy serves MIG devices as ``nvidia.com/gpu`` and overrides gpu.count
     with their number: the slicer models physical GPUs whose layouts it plans, and the labels

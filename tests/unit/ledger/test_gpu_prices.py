@@ -218,6 +218,12 @@ hosting_overhead_fraction = "0.2"
             'lifetime_years = "1"\nhosting_overhead_fraction = "0"\n',
             "gpu.Tesla-T4-SHARED: 'Tesla-T4-SHARED' names a MIG device or a shared GPU",
         ),
+        (  # a MIG name no GPU can hold is an unknown GPU, still no model for a table
+            '[gpu."RTX-A6000-MIG-1g.6gb"]\nsource = "a"\non_demand_usd_per_hour = "1"\n'
+            'reserved_usd_per_hour = "1"\nspot_usd_per_hour = "1"\npurchase_usd = "1"\n'
+            'lifetime_years = "1"\nhosting_overhead_fraction = "0"\n',
+            "'RTX-A6000-MIG-1g.6gb' names a MIG device or a shared GPU",
+        ),
         (
             '[gpu.T4]\nsource = "a"\non_demand_usd_per_hour = "1"\n'
             'reserved_usd_per_hour = "1"\nspot_usd_per_hour = "1"\npurchase_usd = "1"\n'
@@ -273,3 +279,38 @@ def test_the_prices_command_prints_one_line_per_name() -> None:
     ]
     assert got[0] is not None
     assert Fraction(got[0].group(2)) == round(Fraction("27.44705") / 8 * 10**6) / Fraction(10**6)
+
+
+def test_the_prices_command_prices_a_mig_name_no_gpu_can_hold_as_unknown() -> None:
+    # once a traceback (lookup raised PriceBookError): now an unknown GPU at the fallback
+    names = (
+        "NVIDIA A100-SXM4-80GB MIG 0c.3g.40gb", "NVIDIA A100-SXM4-80GB MIG 9g.80gb",
+        "NVIDIA RTX A6000 MIG 1g.6gb",
+    )  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "seedance.cost_ledger", "prices"]
+        + [arg for n in names for arg in ("--gpu-model", n)],
+        capture_output=True, text=True, check=False, env={"PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert (out.returncode, out.stderr) == (0, "")
+    fallback = price_summary(BOOK.lookup("GPU-series-1"))
+    assert out.stdout.splitlines() == [fallback] * len(names)
+    assert fallback.startswith("model=unknown ")
+    assert fallback.endswith(" fallback=true")
+
+
+def test_the_prices_command_names_a_gpu_it_cannot_price_and_prints_the_others() -> None:
+    bad = "NVIDIA A100-SXM4-80GB MIG 07g.80gb"  # a profile the book cannot read
+    out = subprocess.run(
+        [
+            sys.executable, "-m", "seedance.cost_ledger", "prices",
+            "--gpu-model", bad, "--gpu-model", "Tesla-T4",
+        ],
+        capture_output=True, text=True, check=False, env={"PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert out.returncode == 2
+    assert out.stdout.splitlines() == [price_summary(BOOK.lookup("Tesla-T4"))]
+    assert out.stderr == (
+        f"seedance-cost-ledger prices: gpu model {bad!r}: mig profile '07g.80gb' is not of the "
+        "form '[<c>c.]<n>g.<m>gb'\n"
+    )

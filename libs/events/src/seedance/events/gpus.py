@@ -82,6 +82,11 @@ class ReportedGpu:
     #: The compute slices of a compute instance smaller than its GPU instance (``1c.3g.20gb``:
     #: 1); None where the MIG device is a whole GPU instance (or no MIG device at all).
     ci_slices: int | None = None
+    #: The name's MIG suffix names a compute instance (``<c>c.<g>g.<m>gb``), valid or not: the
+    #: ledger refuses such devices (one cannot tell from names which share a GPU instance).
+    compute_instance: bool = False
+    #: The name ends in a MIG device suffix, valid or not (``mig_profile`` only where valid).
+    mig_named: bool = False
 
     @property
     def mig_device(self) -> str | None:
@@ -248,7 +253,9 @@ GKE_ACCELERATORS: dict[str, str] = {
     "nvidia-h200-141gb": "H200-SXM-141GB",
     "nvidia-b200": "B200-SXM-180GB",
 }
-_CLOUD_NAMES = {name.upper(): model for name, model in GKE_ACCELERATORS.items()}
+_CLOUD_NAMES = {
+    name.upper().removeprefix("NVIDIA-"): model for name, model in GKE_ACCELERATORS.items()
+}
 _MEMORY = re.compile(r"^(\d+)GB?$")
 _FORMS = {"SXM", "SXM2", "SXM4", "SXM5", "SXM6", "PCIE", "NVL"}
 
@@ -260,15 +267,18 @@ class _Parsed:
     toks: list[str]
     profile: str | None = None
     shared: bool = False
-    ci_slices: int | None = None
+    ci_slices: int | None = None  # as the name writes it (``0c.``, ``4c.3g``: checked later)
     cloud: str | None = None  # the model a cloud's accelerator type names
+
+    @property
+    def gi_slices(self) -> int | None:
+        return int(self.profile.split("g.")[0]) if self.profile else None
 
 
 def _parse(name: str) -> _Parsed:
     """Upper-case tokens of ``name`` without vendor prefix, MIG suffix or ``SHARED``."""
     toks = [t for t in _SEPARATORS.split(name.strip().upper()) if t]
-    cloud = _CLOUD_NAMES.get("-".join(toks))
-    while toks and toks[0] in _VENDOR:
+    if toks[:1] == ["NVIDIA"]:
         toks.pop(0)
     shared = bool(toks) and toks[-1] == "SHARED"
     if shared:
@@ -276,15 +286,17 @@ def _parse(name: str) -> _Parsed:
     minus_me = len(toks) >= 3 and toks[-1] == "ME" and toks[-3] == "MIG"
     tail = toks[:-1] if minus_me else toks
     m = _PROFILE.match(tail[-1]) if len(tail) >= 2 and tail[-2] == "MIG" else None
-    if m is None:
-        return _Parsed(toks, shared=shared, cloud=cloud)
-    profile = m.group(2).lower() + ("-me" if minus_me else "")
-    ci = int(m.group(1)) if m.group(1) else None
-    # ``3c.3g.20gb`` (all of the GI's compute) is the GI itself: NVML never names it so.
-    gi_slices = int(profile.split("g.")[0])
-    return _Parsed(
-        tail[:-2], profile, shared, ci if ci is not None and ci < gi_slices else None, cloud
-    )
+    profile = ci = None
+    if m is not None:
+        toks = tail[:-2]
+        profile = m.group(2).lower() + ("-me" if minus_me else "")
+        ci = int(m.group(1)) if m.group(1) else None
+    # A cloud's accelerator type, with or without its vendor word (``nvidia-tesla-a100``,
+    # ``Tesla A100``: ``NVIDIA`` never matters, so both are Google's 40 GB part).
+    cloud = _CLOUD_NAMES.get("-".join(toks))
+    while toks and toks[0] in _VENDOR:
+        toks.pop(0)
+    return _Parsed(toks, profile, shared, ci, cloud)
 
 
 def _tokens(name: str) -> tuple[list[str], str | None, bool]:
@@ -321,13 +333,37 @@ _BY_MODEL = {g.model: g for g in GPU_MODELS}
 
 
 def identify(name: str) -> ReportedGpu:
-    """The canonical model behind ``name`` (``identity`` None: no model of the table)."""
+    """The canonical model behind ``name`` (``identity`` None: no model of the table). A MIG
+    device no GPU can hold is unknown, its profile dropped: a compute instance of ``0`` or of
+    all (or more than all) of its GPU instance's slices (NVML names that device by its GI), a
+    GPU instance larger than its GPU (``9g.80gb``; any GPU's 7 where the model is unknown) or
+    a MIG device of a part without MIG (``RTX A6000 MIG 1g.6gb``)."""
     p = _parse(name)
     key = _key(p.toks)
     gpu = _BY_MODEL[p.cloud] if p.cloud else (_BY_KEY.get(key) if key else None)
+    ci = p.ci_slices is not None
+    mig = p.profile is not None
+    if mig and not _mig_fits(p, gpu):
+        return ReportedGpu(
+            name=name, identity=None, shared=p.shared, compute_instance=ci, mig_named=True
+        )
     return ReportedGpu(
-        name=name, identity=gpu, mig_profile=p.profile, shared=p.shared, ci_slices=p.ci_slices
-    )
+        name=name, identity=gpu, mig_profile=p.profile, shared=p.shared,
+        ci_slices=p.ci_slices, compute_instance=ci, mig_named=mig,
+    )  # fmt: skip
+
+
+_MAX_MIG_SLICES = max(g.mig_compute_slices for g in GPU_MODELS if g.mig_capable)
+
+
+def _mig_fits(p: _Parsed, gpu: GpuIdentity | None) -> bool:
+    """Whether the MIG device ``p`` names can exist on ``gpu`` (None: on some MIG GPU)."""
+    g = p.gi_slices or 0
+    if p.ci_slices is not None and not 1 <= p.ci_slices < g:
+        return False
+    if gpu is None:
+        return 1 <= g <= _MAX_MIG_SLICES
+    return gpu.mig_capable and 1 <= g <= gpu.mig_compute_slices
 
 
 def canonical_model(name: str) -> str:
@@ -384,14 +420,16 @@ def _request(text: str) -> _Request:
     toks, _profile, _shared = _tokens(text)
     if not toks:
         return _Request(text)
-    if "-".join(toks) in _FAMILIES:  # a family of several words: ``rtx-4090``, ``rtx-pro-6000``
-        return _Request(text, family="-".join(toks))
-    if toks[0] in _FAMILIES:
-        # ``a100``: any A100, whatever a short name meant; ``a100-80gb`` any 80 GB one (SXM4
-        # or PCIe), ``h100-sxm`` any SXM H100: a family with memory and form qualifiers.
+    # ``a100``: any A100, whatever a short name meant; ``a100-80gb`` any 80 GB one (SXM4 or
+    # PCIe), ``h100-sxm`` any SXM H100: a family (the longest of several words: ``rtx-4090``,
+    # ``rtx-pro-6000-96gb``) with memory and form qualifiers.
+    for n in range(len(toks), 0, -1):
+        family = "-".join(toks[:n])
+        if family not in _FAMILIES:
+            continue
         memory: int | None = None
         form: str | None = None
-        for t in toks[1:]:
+        for t in toks[n:]:
             m = _MEMORY.match(t)
             if m:
                 memory = int(m.group(1))
@@ -400,7 +438,8 @@ def _request(text: str) -> _Request:
             else:
                 break
         else:
-            return _Request(text, family=toks[0], memory_gb=memory, form=form)
+            return _Request(text, family=family, memory_gb=memory, form=form)
+        break
     key = _key(toks)
     gpu = _BY_KEY.get(key) if key else None
     if gpu is not None:  # a name with more than qualifiers (``H100 80GB HBM3``): that model

@@ -98,7 +98,7 @@ def _gpu_price(model: str, t: Any, where: str, defaults: Mapping[str, Any]) -> G
 def _canonical_key(name: str, where: str) -> str:
     """The key a ``[gpu.<name>]`` table is stored under (its canonical model)."""
     got = identify(name)
-    if got.mig_profile or got.shared:
+    if got.mig_named or got.shared:
         raise PriceBookError(f"{where}: {name!r} names a MIG device or a shared GPU, not a model")
     return got.identity.model if got.identity is not None else name
 

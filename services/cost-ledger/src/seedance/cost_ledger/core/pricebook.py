@@ -12,11 +12,11 @@ tables for one model are refused), a name the identity does not know under itsel
 ``aliases`` name it too. ``lookup(name)`` finds the table of the name's canonical model, or of a
 book alias; a MIG device's name (GFD's single strategy, NVML's MIG devices) is priced as its
 share of the parent (the rule below); anything else is priced at the book's ``[fallback]``,
-flagged (``PriceLookup.fallback``), never refused. A model the book declines to price names why
-in ``[unpriced.<name>] reason = ".."``: it is billed at the fallback too, flagged, and the
-reason travels in the price's ``source`` (the ledger's log line, ``assumptions``). A price is
-``price_assumed = false`` only with a ``source``; a book without ``[fallback]`` prices unknown
-GPUs as its dearest GPU (stated).
+flagged (``PriceLookup.fallback``), never refused (but for a MIG profile it cannot read). A
+model the book declines to price names why in ``[unpriced.<name>] reason = ".."``: it is billed
+at the fallback too, flagged, and the reason travels in the price's ``source`` (the ledger's
+log line, ``assumptions``). A price is ``price_assumed = false`` only with a ``source``; a book
+without ``[fallback]`` prices unknown GPUs as its dearest GPU (stated).
 
 Share rules (documented in docs/cost-ledger.md):
 - whole GPUs: the GPU count;
@@ -31,6 +31,8 @@ Share rules (documented in docs/cost-ledger.md):
 - MIG compute instance smaller than its GPU instance (NVML ``MIG 1c.3g.20gb``): its GPU
   instance's share × ``c / g`` (1/3 of the ``3g.20gb``). The CIs of one GI share its memory and
   engines, so only their compute tells them apart; the CIs of a GI never cost more than it.
+  The ledger refuses a CI named as a device (``facts._named``): which CIs share a GI, so what
+  of it stays idle, no name tells; this price is what ``prices`` states for it.
 
 Pricing tiers: ``on_demand``, ``reserved`` and ``spot`` are cloud prices that include power;
 ``on_prem`` is ``purchase × (1 + hosting_overhead) / (lifetime_years × 8760 h)`` and excludes
@@ -243,8 +245,9 @@ class PriceBook:
         )
 
     def lookup(self, name: str) -> PriceLookup:
-        """The price of ``name`` as a real system reports it; never raises for a name (an
-        unknown one is priced at the fallback, flagged)."""
+        """The price of ``name`` as a real system reports it (an unknown one at the fallback,
+        flagged); ``PriceBookError`` only for a MIG profile the identity reads and the book
+        cannot (``07g.80gb``), which the ledger's ``validate`` refuses naming ``gpu_model``."""
         got = identify(name)
         identified = got.identity.model if got.identity is not None else None
         key = self._table_of(name, identified)

@@ -296,7 +296,7 @@ def _served(name: str, product: str, labels: Json, status: Json) -> tuple[int, i
     """
     reported = identify(product)
     served = int(parse_quantity(_resource(status, keys.RES_GPU)))
-    if reported.mig_profile is not None and served:
+    if reported.mig_named and served:
         # The slicer models physical GPUs and plans their MIG layouts itself; GFD's single
         # strategy overrides gpu.product and gpu.count with the MIG devices', so how many
         # GPUs carry them is not on the node.
