@@ -64,7 +64,6 @@ from seedance.slicer.core.snapshot import HeldJob, MigSlot
 from seedance.slicer.core.state import SchedulerState
 from seedance.slicer.core.tenant_waiting import (
     freed_retry,
-    live_keys,
     retry,
     shape_key,
     submit_refusal,
@@ -96,8 +95,6 @@ class Scheduler(SchedulerState):
     #: Held jobs re-checked against the quota since this scheduler was built (not state: a
     #: count of work done, `seedance_slicer_held_rechecked_total`).
     held_rechecked = 0
-    #: Each tenant's live jobs' keys (`core.tenant_waiting.live_keys`): derived from the jobs.
-    _live: dict[str, dict[str, None]] | None = None
 
     # -- inputs -----------------------------------------------------------------------------
     def upsert_node(self, spec: NodeSpec, now_s: float, view: str = DEVICES) -> list[Effect]:
@@ -255,7 +252,6 @@ class Scheduler(SchedulerState):
         if answer is not None:
             return answer
         self._jobs[job.key] = job
-        live_keys(self, job.tenant)[job.key] = None
         self._submitted_s[job.key] = now_s
         self._dirty_jobs.add(job.key)
         if job.mig_profile is None:
@@ -303,7 +299,6 @@ class Scheduler(SchedulerState):
                 return [ended_answer(tenant, job_id, outcome)]
             return [unknown_answer(tenant, job_id, outcome)]
         self._dirty_jobs.add(key)
-        live_keys(self, tenant).pop(key, None)
         self._ended[key] = self._ended_next
         self._ended_next += 1
         self._dirty_ended.add(key)

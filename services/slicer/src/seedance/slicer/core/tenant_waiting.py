@@ -43,7 +43,6 @@ __all__ = [
     "TOO_MANY_WAITING",
     "freed_retry",
     "invalid_reason",
-    "live_keys",
     "retry",
     "shape_key",
     "submit_refusal",
@@ -67,11 +66,13 @@ def submit_refusal(sched: Scheduler, job: JobSpec) -> Refused | None:
     if sched.quota is not None and job.tenant not in sched.quota.tenants:
         return Refused(job, "unknown_tenant", f"tenant {job.tenant!r} is not in the quota file")
     bound = sched.config.max_waiting_per_tenant
-    live = live_keys(sched, job.tenant)
-    if bound <= 0 or len(live) < bound:
-        return None  # fewer live jobs than the bound: fewer waiting (no count needed)
-    queue, mig = sched._queue, sched._mig
-    waiting = sum(1 for key in live if not queue.is_running(key) and mig.instance_of(key) is None)
+    if bound <= 0:
+        return None
+    # queued (the queue counts them by tenant) and held, then waiting for a MIG instance
+    waiting = sched._queue._pending.by_tenant.get(job.tenant, 0)
+    waiting += sched._admission.held_count(job.tenant)
+    if waiting < bound:
+        waiting += sum(1 for h in sched._mig.waiting if h.job_id.startswith(f"{job.tenant}/"))
     if waiting < bound:
         return None
     return Refused(
@@ -121,16 +122,6 @@ def retry(
             refused.add(alike(job))
         out.extend(effects)
     return out
-
-
-def live_keys(sched: Scheduler, tenant: str) -> dict[str, None]:
-    """`tenant`'s live jobs' keys (submitted, not ended), derived from the scheduler's jobs on
-    first use and kept up to date by `submit` and `finish`."""
-    if sched._live is None:
-        sched._live = {}
-        for key, job in sched._jobs.items():
-            sched._live.setdefault(job.tenant, {})[key] = None
-    return sched._live.setdefault(tenant, {})
 
 
 def shape_key(job: JobSpec) -> tuple[object, ...]:
