@@ -67,10 +67,19 @@ def test_a_release_rechecks_only_the_held_jobs_its_quota_may_admit() -> None:
     assert placed(s.finish("globex", "g0", 4.0)) == ["g1"]
     assert s.held_rechecked == 1
     # acme's end: a1 is admitted, a2 refused, and so (unchecked) is the rest of its shape;
-    # each distinct shape is checked once.
+    # each distinct shape is checked once, until REFUSED_PER_TENANT of acme's were refused.
+    from seedance.slicer.core.tenant_waiting import REFUSED_PER_TENANT
+
     s.held_rechecked = 0
     assert placed(s.finish("acme", "a0", 5.0)) == ["a1"]
-    assert s.held_rechecked == 2 + 200
+    assert s.held_rechecked == 1 + REFUSED_PER_TENANT
+    # the shapes left unchecked are not lost: a raised quota re-checks every held job
+    s.held_rechecked = 0
+    s.set_quota(
+        QuotaPolicy.from_yaml("version: 1\ntenants:\n  acme: {quota: {gpus: 3}}\n  globex: {}\n"),
+        6.0,
+    )
+    assert s.held_rechecked == 399
     # an end of a job that held no quota (it waited) frees nothing: nothing is re-checked.
     s.held_rechecked = 0
     assert s.finish("acme", "a7", 6.0)[0].was_placed is False  # type: ignore[union-attr]

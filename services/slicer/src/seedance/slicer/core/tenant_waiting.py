@@ -11,13 +11,15 @@ jobs (each ~1.9 KiB of the slicer's memory, restored from the durable state afte
 * **The bound**: a tenant may have at most `SchedulerConfig.max_waiting_per_tenant` jobs
   waiting (queued, waiting for a MIG instance, or held back: not running); a submit past it is
   refused, `too_many_waiting`, naming the bound and the count. The count is derived from the
-  state (the tenant's live jobs, less those placed), so every replica refuses the same submit.
+  state (the queue's, the held and the MIG waiting jobs of the tenant), so every replica
+  refuses the same submit.
 * **The retry**: a job end frees quota only when the job was admitted; then only the held jobs
   of its tenant's cohort (the tenant alone without one) waiting for quota, in a dimension the
   ended job held, are re-checked, in priority then submission order, and a request shape
   (tenant, quota usage, priority) refused once is not re-checked again in that pass: its later
-  jobs would be refused alike (they wait for the next release). The count of re-checks is
-  `Scheduler.held_rechecked` (the metric `seedance_slicer_held_rechecked_total`).
+  jobs would be refused alike (they wait for the next release); after `REFUSED_PER_TENANT`
+  shapes of one tenant refused, its other held jobs wait for the next release unchecked. The
+  count of re-checks is `Scheduler.held_rechecked` (`seedance_slicer_held_rechecked_total`).
 
 It must not place anything; no clock, no I/O.
 """
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "QUOTA_HELD",
+    "REFUSED_PER_TENANT",
     "TOO_MANY_WAITING",
     "freed_retry",
     "invalid_reason",
@@ -50,6 +53,10 @@ __all__ = [
 
 #: The refusal of a submit past the tenant's bound on waiting jobs (a `RejectionReason`).
 TOO_MANY_WAITING = "too_many_waiting"
+
+#: A release re-checks at most this many of one tenant's request shapes that its quota still
+#: refuses; the tenant's later held jobs wait, unchecked, for the next release.
+REFUSED_PER_TENANT = 32
 
 #: The reasons a job is held for its quota: a release of quota may admit it.
 QUOTA_HELD = frozenset(
@@ -104,12 +111,16 @@ def retry(
     alike: Callable[[JobSpec], object] | None = None,
 ) -> list[Effect]:
     """Admit `ready` again, in order (`Scheduler._admit`); with `alike`, a job alike one still
-    held for quota in this pass stays held unchecked (its check would refuse it too)."""
+    held for quota in this pass stays held unchecked (its check would refuse it too), and so
+    do a tenant's jobs after `REFUSED_PER_TENANT` of its shapes were refused in the pass."""
     out: list[Effect] = []
     refused: set[object] = set()
+    refusals: dict[str, int] = {}  # by tenant, with `alike`
     for h in ready:
         job = sched._jobs[h.job_id]
-        if alike is not None and alike(job) in refused:
+        if alike is not None and (
+            alike(job) in refused or refusals.get(job.tenant, 0) >= REFUSED_PER_TENANT
+        ):
             continue
         sched._admission.drop(h.job_id)
         sched.held_rechecked += 1
@@ -120,6 +131,7 @@ def retry(
             effects = [e for e in effects if not isinstance(e, Waiting) or e.job is not job]
         if alike is not None and again is not None and again.reason in QUOTA_HELD:
             refused.add(alike(job))
+            refusals[job.tenant] = refusals.get(job.tenant, 0) + 1
         out.extend(effects)
     return out
 
