@@ -1,7 +1,7 @@
 """Micro-benchmark of what one tenant's waiting jobs add to another tenant's job end.
 
 Owns one measurement, in process and without the bus (the decision the slicer leader makes on
-the event loop for a job end): a `Scheduler` with one 4-GPU node; globex holds a GPU and cycles
+the event loop for a job end): a `Scheduler` with one node; globex holds a GPU and cycles
 `--releases` times (submit the next job, which waits; end the current one: the next is placed),
 and each `Scheduler.finish` is timed. First quiet, then with `--floods` flooding tenants each at
 its bound on waiting jobs (`--bound`, the default `SEEDANCE_SLICER_MAX_WAITING_PER_TENANT`):
@@ -55,12 +55,13 @@ def _quota(floods: int) -> QuotaPolicy:
     )
 
 
-def _pool(bound: int, quota: QuotaPolicy | None) -> Scheduler:
-    """4 GPUs with a quota (the quota holds the flood back), else the 1 globex holds."""
+def _pool(bound: int, quota: QuotaPolicy | None, floods: int) -> Scheduler:
+    """With a quota (it holds the floods back), a GPU per tenant and one spare; without, the
+    one GPU globex holds."""
     s = Scheduler(SchedulerConfig(max_waiting_per_tenant=bound))
     if quota is not None:
         s.set_quota(quota, 0.0)
-    gpus = (GpuSpec(model="T4", mem_mib=16_000),) * (4 if quota is not None else 1)
+    gpus = (GpuSpec(model="T4", mem_mib=16_000),) * (floods + 2 if quota is not None else 1)
     s.upsert_node(NodeSpec(name="n1", cpu_milli=64_000, memory_mib=256_000, gpus=gpus), 0.0)
     return s
 
@@ -115,7 +116,7 @@ def _own(s: Scheduler, tenant: str, releases: int) -> tuple[list[float], float]:
 
 def _case(args: argparse.Namespace, name: str) -> tuple[float, float, float]:
     quota = None if name.startswith("capacity") else _quota(args.floods)
-    s = _pool(args.bound, quota)
+    s = _pool(args.bound, quota, args.floods)
     s.submit(JobSpec(job_id="g0", tenant="globex", gpus=1, priority=100), 1.0)
     shape = {"quota_same": "same", "quota_distinct": "mem", "quota_own": "mem"}.get(name, "models")
     if name != "quiet":
