@@ -31,7 +31,8 @@ class Admission:
         self.quota = quota
         self._tracker = QuotaTracker(quota) if quota is not None else None
         # The held jobs by key, in the order held (a re-hold moves a job last), and their keys
-        # by tenant: a release re-checks its tenant's (and cohort's) alone (`retry_held`).
+        # by tenant: a release re-checks its cohort's alone, and a tenant's count is bounded
+        # (`seedance.slicer.core.tenant_waiting`).
         self._held: dict[str, HeldJob] = {}
         self._by_tenant: dict[str, dict[str, None]] = {}
         for h in held:
@@ -53,9 +54,6 @@ class Admission:
         if self._tracker is None or self.quota is None:
             return {}
         return {t: dict(self._tracker.usage(t)) for t in sorted(self.quota.tenants)}
-
-    def unknown_tenant(self, tenant: str) -> bool:
-        return self.quota is not None and tenant not in self.quota.tenants
 
     def with_quota(self, quota: QuotaPolicy | None, jobs: Mapping[str, JobSpec]) -> Admission:
         """The same held jobs and pauses under another policy, the admitted ones of `jobs`
