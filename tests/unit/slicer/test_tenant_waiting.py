@@ -8,6 +8,10 @@ made each release of globex's GPU take 7.1 s). These count the work instead of t
 
 from __future__ import annotations
 
+import random
+
+import pytest
+
 from seedance.slicer.core import (
     GpuSpec,
     JobSpec,
@@ -134,3 +138,45 @@ def test_jobs_held_for_quota_count_against_the_bound() -> None:
     assert [e.reason for e in s.submit(job("a3", "acme"), 1.0)] == [TOO_MANY_WAITING]  # type: ignore[union-attr]
     # a repeat of a live job's request is still answered as a repeat (nothing), not refused
     assert s.submit(job("a1", "acme"), 2.0) == []
+
+
+@pytest.mark.parametrize("quota", [None, SOLO], ids=["no-quota", "quota"])
+def test_the_bound_counts_exactly_the_tenants_waiting_jobs_under_churn(
+    quota: QuotaPolicy | None,
+) -> None:
+    """Random submits (shares, two GPUs, priorities that preempt), ends and pauses: a submit
+    is refused exactly when its tenant already has the bound's count of jobs in
+    `waiting_jobs` (the O(1) count the queue keeps agrees with the scheduler's view)."""
+    if quota is not None:
+        quota = QuotaPolicy.from_yaml(
+            "version: 1\ntenants:\n"
+            "  acme: {quota: {gpus: 3, shared_gpus: 2}, max_priority: 5}\n"
+            "  globex: {quota: {gpus: 2, shared_gpus: 2}, max_priority: 5}\n"
+        )
+    bound, rng = 4, random.Random(7)
+    s = pool(quota, gpus=3, bound=bound)
+    live: list[tuple[str, str]] = []
+    refusals = 0
+    for step in range(400):
+        tenant = rng.choice(["acme", "globex"])
+        roll = rng.random()
+        if roll < 0.6:
+            kw: dict[str, object] = {"priority": rng.randint(0, 5)}
+            if rng.random() < 0.3:
+                kw["gpu_milli"] = 500
+            elif rng.random() < 0.3:
+                kw["gpus"] = 2
+            spec = JobSpec(job_id=f"j{step}", tenant=tenant, **{"gpus": 1, **kw})  # type: ignore[arg-type]
+            waiting = sum(1 for t, _ in s.waiting_jobs if t == tenant)
+            effects = s.submit(spec, float(step))
+            refused = [e for e in effects if isinstance(e, Refused)]
+            assert bool(refused) == (waiting >= bound), (step, waiting, effects)
+            refusals += bool(refused)
+            if not refused:
+                live.append((tenant, spec.job_id))
+        elif roll < 0.95 and live:
+            t, j = live.pop(rng.randrange(len(live)))
+            s.finish(t, j, float(step))
+        else:
+            s.set_paused(tenant, rng.random() < 0.5, float(step))
+    assert refusals > 20  # the bound was reached, many times
