@@ -60,3 +60,9 @@ FLEET_LOADS = $(if $(filter command line environment,$(origin LOAD)),$(LOAD),40,
 bench-fleet: install  ## slicer: GPU-hours paid by Seedance vs Kubernetes + cluster-autoscaler (TRACE= LOAD=)
 	nice -n 10 $(PY) -m tools.bench.bench_fleet --nodes $(SLICER_NODES) --pods $(FLEET_TRACE) \
 	  --loads $(FLEET_LOADS) $(FLEET_ARGS)
+
+# One tenant's waiting jobs against another's job ends (docs/slicer.md "A tenant's waiting jobs
+# are bounded"): RELEASE_ARGS="--bound 1000 --floods 1 --releases 20".
+.PHONY: bench-slicer-release
+bench-slicer-release: install  ## slicer: a job end's cost, quiet vs. one tenant at its waiting bound (ratio)
+	nice -n 10 $(PY) -m tools.bench.bench_slicer_release $(RELEASE_ARGS)

@@ -65,7 +65,10 @@ class Replay:
 def run(args: argparse.Namespace, profile: Profile | None = None) -> str:
     nodes = read_fleet(args.nodes, args.copies)
     shapes = read_shapes(args.pods)
-    sched = Scheduler(scheduler_config(SlicerSettings(topology_levels=",".join(TOPOLOGY_LEVELS))))
+    # `--waiting` keeps one tenant's 10,000 jobs waiting, past the service's default bound on a
+    # tenant's waiting jobs (`SEEDANCE_SLICER_MAX_WAITING_PER_TENANT`): the bound is off here.
+    settings = SlicerSettings(topology_levels=",".join(TOPOLOGY_LEVELS), max_waiting_per_tenant=0)
+    sched = Scheduler(scheduler_config(settings))
     now = datetime.now(UTC)
     for n in nodes:
         sched.upsert_node(node_spec(inventory(n, now)), 1.0)

@@ -136,6 +136,9 @@ class RejectionReason(enum.StrEnum):
     JOB_ENDED = "job_ended"
     INVALID_REQUEST = "invalid_request"
     UNKNOWN_TENANT = "unknown_tenant"
+    #: The tenant already has as many jobs waiting as the slicer's bound allows (the detail
+    #: names the bound and the count); nothing was queued.
+    TOO_MANY_WAITING = "too_many_waiting"
 
 
 class JobRejected(Event, frozen=True, kw_only=True, tag="job.rejected.v1"):
@@ -143,7 +146,8 @@ class JobRejected(Event, frozen=True, kw_only=True, tag="job.rejected.v1"):
 
     Published on the tenant's own ``rejected`` subject so the SDK and CLI can report it: a
     duplicate submit with a different request, a start or end of an unknown or already ended
-    job, a request the slicer can never accept.
+    job, a request the slicer can never accept, a submit past the tenant's bound on waiting
+    jobs (``too_many_waiting``).
     """
 
     job_id: Name

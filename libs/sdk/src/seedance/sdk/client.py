@@ -111,7 +111,8 @@ def _tenant_of_inbox(prefix: str | None) -> str | None:
 
 class JobRejectedError(SeedanceError):
     """The slicer rejected the job event (``rejection.reason``: duplicate_job, unknown_job,
-    job_ended, invalid_request, unknown_tenant); nothing it asked for happened."""
+    job_ended, invalid_request, unknown_tenant, too_many_waiting); nothing it asked for
+    happened."""
 
     def __init__(self, rejection: JobRejected) -> None:
         super().__init__(f"rejected ({rejection.reason}): {rejection.detail}")

@@ -43,6 +43,7 @@ def scheduler_config(settings: SlicerSettings) -> SchedulerConfig:
         topology_levels=tuple(k for k in settings.topology_levels.split(",") if k),
         consolidation=consolidation_config(settings),
         leave_empty=settings.leave_empty,
+        max_waiting_per_tenant=settings.max_waiting_per_tenant,
     )
 
 

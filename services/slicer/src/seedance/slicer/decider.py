@@ -222,6 +222,8 @@ class SlicerDecider:
 
     def update_gauges(self) -> None:
         sched = self._scheduler
+        rechecked, sched.held_rechecked = sched.held_rechecked, 0  # counted once each
+        self._metrics.held_rechecked_total.inc(rechecked)
         self._metrics.queued_jobs.set(sched.waiting_count)
         self._metrics.allocated_gpus.set(sched.allocated_gpus())
         self._metrics.set_capacity(sched.capacity_plans)

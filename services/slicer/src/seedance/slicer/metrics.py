@@ -53,6 +53,12 @@ class SlicerMetrics:
         )
         for outcome in ("undone", "old_gpus_taken", "no_move", "job_ended"):
             self.refused_moves_total.labels(outcome)
+        self.held_rechecked_total = Counter(
+            "seedance_slicer_held_rechecked_total",
+            "Held jobs re-checked against the quota (after a release of quota, a quota or "
+            "fleet change, an unpause): the work one tenant's waiting jobs add to others' inputs.",
+            registry=registry,
+        )
         self.queued_jobs = Gauge("seedance_slicer_queued_jobs", "Jobs waiting.", registry=registry)
         self.allocated_gpus = Gauge(
             "seedance_slicer_allocated_gpus", "GPUs allocated (shares summed).", registry=registry

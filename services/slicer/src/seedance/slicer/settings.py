@@ -89,6 +89,11 @@ class SlicerSettings(msgspec.Struct, frozen=True, kw_only=True):
     autosize_min_samples: int = 60
     autosize_guard_s: float = 3600.0
     autosize_window_s: float = 300.0
+    #: At most this many jobs of one tenant wait (queued or held back); a submit past it is
+    #: refused ``JobRejected(too_many_waiting)`` (``seedance.slicer.core.tenant_waiting``). It
+    #: bounds the slicer's memory and the work one tenant's waiting jobs add to a release
+    #: (docs/slicer.md, "A tenant's waiting jobs are bounded"). 0: no bound.
+    max_waiting_per_tenant: int = 1000
     #: The placement term that leaves nodes empty (docs/slicer-fleet.md, "Capacity release"):
     #: with ``policy=seedance`` a job goes to the fullest nodes in use that fit (the policy's
     #: fragmentation descent choosing among them), an empty node only when none does, so the

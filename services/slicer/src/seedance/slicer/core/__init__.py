@@ -8,7 +8,8 @@ Modules: `scheduler` (the one scheduler: its inputs and decisions) over `state` 
 views and persistence), `queue` (the placement queue it owns: backfill, reservations, gangs,
 priority preemption), `model` / `policies` / `fragmentation` / `signatures` (the cluster
 arrays and where one request goes), `mig` / `mig_pool` (MIG geometry and the pool's
-instances), `quota` (tenant quotas), `inputs` / `effects` / `snapshot` (its values).
+instances), `quota` (tenant quotas), `tenant_waiting` (the bound on a tenant's waiting jobs,
+which held jobs a release re-checks), `inputs` / `effects` / `snapshot` (its values).
 """
 
 from seedance.slicer.core.effects import (

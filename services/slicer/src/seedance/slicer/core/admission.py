@@ -30,7 +30,13 @@ class Admission:
     ) -> None:
         self.quota = quota
         self._tracker = QuotaTracker(quota) if quota is not None else None
-        self.held: list[HeldJob] = list(held)
+        # The held jobs by key, in the order held (a re-hold moves a job last), and their keys
+        # by tenant: a release re-checks its cohort's alone, and a tenant's count is bounded
+        # (`seedance.slicer.core.tenant_waiting`).
+        self._held: dict[str, HeldJob] = {}
+        self._by_tenant: dict[str, dict[str, None]] = {}
+        for h in held:
+            self._put(h)
         self.paused: list[str] = list(paused)
 
     # -- quota ------------------------------------------------------------------------------
@@ -49,13 +55,10 @@ class Admission:
             return {}
         return {t: dict(self._tracker.usage(t)) for t in sorted(self.quota.tenants)}
 
-    def unknown_tenant(self, tenant: str) -> bool:
-        return self.quota is not None and tenant not in self.quota.tenants
-
     def with_quota(self, quota: QuotaPolicy | None, jobs: Mapping[str, JobSpec]) -> Admission:
         """The same held jobs and pauses under another policy, the admitted ones of `jobs`
         counted against it (`restore_admitted`)."""
-        out = Admission(quota, held=self.held, paused=self.paused)
+        out = Admission(quota, held=self._held.values(), paused=self.paused)
         out.restore_admitted(jobs)
         return out
 
@@ -65,9 +68,8 @@ class Admission:
         so the same state under the same policy always counts the same."""
         if self._tracker is None:
             return
-        held = {h.job_id for h in self.held}
         for key, job in jobs.items():
-            if key not in held and counts_quota(job):
+            if key not in self._held and counts_quota(job):
                 self._tracker.account(quota_request(job))
 
     def admit(self, job: JobSpec) -> QuotaDecision | None:
@@ -87,26 +89,53 @@ class Admission:
         without a quota policy: then no tenant's work is another's to take)."""
         return self._tracker is not None and self._tracker.may_reclaim(claimant, holder)
 
-    def release(self, key: str) -> None:
-        """Give back the quota `key` was admitted with (nothing when it was not)."""
-        if self._tracker is not None:
-            self._tracker.release(key)
+    def release(self, key: str) -> bool:
+        """Give back the quota `key` was admitted with; False (nothing) when it was not."""
+        return self._tracker is not None and self._tracker.release(key)
+
+    def cohort_of(self, tenant: str) -> tuple[str, ...]:
+        """The tenants whose quota a release of `tenant`'s may free: its cohort's (itself
+        alone without a cohort)."""
+        quota = self.quota.tenants.get(tenant) if self.quota is not None else None
+        if quota is None or quota.cohort is None:
+            return (tenant,)
+        return tuple(m.name for m in self.quota.members(quota.cohort))  # type: ignore[union-attr]
 
     # -- held jobs --------------------------------------------------------------------------
+    @property
+    def held(self) -> list[HeldJob]:
+        """The jobs held back, in the order held."""
+        return list(self._held.values())
+
+    def held_of(self, tenant: str) -> list[HeldJob]:
+        """`tenant`'s held jobs, in the order held."""
+        return [self._held[k] for k in self._by_tenant.get(tenant, ())]
+
+    def held_count(self, tenant: str) -> int:
+        return len(self._by_tenant.get(tenant, ()))
+
     def hold(self, key: str, reason: str, submitted_s: float) -> None:
         self.drop(key)
-        self.held.append(HeldJob(job_id=key, reason=reason, submitted_s=submitted_s))
+        self._put(HeldJob(job_id=key, reason=reason, submitted_s=submitted_s))
+
+    def _put(self, h: HeldJob) -> None:
+        self._held[h.job_id] = h
+        self._by_tenant.setdefault(h.job_id.split("/", 1)[0], {})[h.job_id] = None
 
     def drop(self, key: str) -> None:
-        self.held = [h for h in self.held if h.job_id != key]
+        if self._held.pop(key, None) is not None:
+            tenant = key.split("/", 1)[0]
+            keys = self._by_tenant[tenant]
+            del keys[key]
+            if not keys:
+                del self._by_tenant[tenant]
 
     def held_job(self, key: str) -> HeldJob | None:
-        return next((h for h in self.held if h.job_id == key), None)
+        return self._held.get(key)
 
     def set_reason(self, key: str, reason: str) -> None:
-        self.held = [
-            msgspec.structs.replace(h, reason=reason) if h.job_id == key else h for h in self.held
-        ]
+        if key in self._held:  # keeps its place, as before
+            self._held[key] = msgspec.structs.replace(self._held[key], reason=reason)
 
 
 def counts_quota(job: JobSpec) -> bool:

@@ -48,7 +48,7 @@ from seedance.slicer.core.jobs import (
 from seedance.slicer.core.model import ClusterState, Node, NodeGpus, PodRequest, Rejection
 from seedance.slicer.core.policies import Policy
 from seedance.slicer.core.reservation import Reservations
-from seedance.slicer.core.waiting import Entry, FailedShapes, WaitingIndex
+from seedance.slicer.core.waiting import Entry, FailedShapes, PendingJobs, WaitingIndex
 
 __all__ = [
     "Job",
@@ -89,7 +89,7 @@ class PlacementQueue:
         self.state = ClusterState(nodes)
         self.policy = policy
         self.config = config or QueueConfig()
-        self._pending: dict[str, _Pending] = {}
+        self._pending: PendingJobs[_Pending] = PendingJobs()  # counted by tenant
         self._order: list[tuple[tuple[int, float, int], str]] = []
         # Frozen records, kept as they are handed out: a running job's record does not change
         # until it ends or is preempted, so `running_records` builds none.

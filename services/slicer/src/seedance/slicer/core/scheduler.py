@@ -35,7 +35,7 @@ from collections.abc import Callable
 
 import msgspec
 
-from seedance.events.jobs import request_problem
+from seedance.slicer.core.admission import quota_request
 from seedance.slicer.core.capacity import LeaveEmpty
 from seedance.slicer.core.capacity_plan import observe
 from seedance.slicer.core.draining import consolidation_round
@@ -45,7 +45,6 @@ from seedance.slicer.core.effects import (
     Evicted,
     GpuShare,
     Placed,
-    Refused,
     RejectedInput,
     Waiting,
     ended_answer,
@@ -55,13 +54,19 @@ from seedance.slicer.core.inputs import JobSpec, NodeSpec, core_node, job_key
 from seedance.slicer.core.model import MAX_GPUS_PER_NODE
 from seedance.slicer.core.policies import FragmentationGradientDescent
 from seedance.slicer.core.queue import JobPlaced, JobPreempted, JobUnschedulable, QueueDecision
-from seedance.slicer.core.quota import Admitted, QuotaPolicy
+from seedance.slicer.core.quota import Admitted, QuotaPolicy, usage_of
 from seedance.slicer.core.refused_moves import undo_refused_move
 from seedance.slicer.core.resize import ShareChange, give_back, resize_share
 from seedance.slicer.core.satisfiable import REASON as UNSATISFIABLE
 from seedance.slicer.core.satisfiable import NodeType, TypeKey, type_key, types_of, unsatisfiable
 from seedance.slicer.core.snapshot import HeldJob, MigSlot
 from seedance.slicer.core.state import SchedulerState
+from seedance.slicer.core.tenant_waiting import (
+    freed_retry,
+    retry,
+    shape_key,
+    submit_refusal,
+)
 from seedance.slicer.core.workload import SchedulerConfig, core_job
 
 __all__ = ["ENDED_KEPT", "NODE_REMOVED", "Scheduler", "SchedulerConfig"]
@@ -86,6 +91,9 @@ class Scheduler(SchedulerState):
     #: node by node; derived from the nodes, so not part of the state (None: derive them).
     _type_counts: dict[TypeKey, int] | None = None
     _types: tuple[NodeType, ...] | None = None
+    #: Held jobs re-checked against the quota since this scheduler was built (not state: a
+    #: count of work done, `seedance_slicer_held_rechecked_total`).
+    held_rechecked = 0
 
     # -- inputs -----------------------------------------------------------------------------
     def upsert_node(self, spec: NodeSpec, now_s: float) -> list[Effect]:
@@ -305,9 +313,10 @@ class Scheduler(SchedulerState):
         self._admission.drop(key)
         self._mig.dequeue(key)
         self._release(key, job, now_s)
-        self._admission.release(key)
         out: list[Effect] = [Ended(job, outcome, was_placed, floor_s, held)]
-        out.extend(self._retry_held(now_s, lambda h: h.reason != "tenant_paused"))
+        if self._admission.release(key):  # quota freed: who it may admit (`core.tenant_waiting`)
+            freed = usage_of(quota_request(job))
+            out.extend(retry(self, freed_retry(self, tenant, freed), now_s, shape_key))
         out.extend(self._pass(now_s))
         return out
 
@@ -329,13 +338,8 @@ class Scheduler(SchedulerState):
             ]
         if job.key in self._ended:
             return [ended_answer(job.tenant, job.job_id, "submit")]
-        bad = _invalid(job)
-        if bad:
-            return [Refused(job, "invalid_request", bad)]
-        if self._admission.unknown_tenant(job.tenant):
-            detail = f"tenant {job.tenant!r} is not in the quota file"
-            return [Refused(job, "unknown_tenant", detail)]
-        return None
+        refused = submit_refusal(self, job)  # invalid, unknown tenant, too many waiting
+        return None if refused is None else [refused]
 
     # -- admission --------------------------------------------------------------------------
     def _pause(self, tenant: str, now_s: float) -> list[Effect]:
@@ -419,21 +423,11 @@ class Scheduler(SchedulerState):
             self._queue.finish(key, now_s)
 
     def _retry_held(self, now_s: float, which: Callable[[HeldJob], bool]) -> list[Effect]:
-        out: list[Effect] = []
         ready = sorted(
             (h for h in self._admission.held if which(h)),
             key=lambda h: (-self._jobs[h.job_id].priority, h.submitted_s, h.job_id),
         )
-        for h in ready:
-            self._admission.drop(h.job_id)
-            job = self._jobs[h.job_id]
-            effects = self._admit(job, h.submitted_s, now_s)
-            # Still waiting for the same reason: nothing new to say.
-            again = self._admission.held_job(h.job_id)
-            if again is not None and again.reason == h.reason:
-                effects = [e for e in effects if not isinstance(e, Waiting) or e.job is not job]
-            out.extend(effects)
-        return out
+        return retry(self, ready, now_s)
 
     def _hold(
         self, key: str, reason: str, submitted_s: float | None = None, detail: str = ""
@@ -577,24 +571,3 @@ class Scheduler(SchedulerState):
 
     def _busy(self, node: str) -> bool:
         return self._mig.busy(node) or self._queue.busy(self._index[node])
-
-
-def _invalid(job: JobSpec) -> str:
-    """Why the scheduler can never take `job` ("" when it can): the request rule every
-    submitter checks too (`seedance.events.jobs.request_problem`, which the SDK runs before
-    publishing), and this core's node model (at most 8 GPUs per node, a limit of the pool, not
-    of the request schema)."""
-    problem = request_problem(
-        gpus=job.gpus, gpu_milli=job.gpu_milli, mig_profile=job.mig_profile,
-        gang_size=job.gang_size, mig=job.mig,
-    )  # fmt: skip
-    if problem:
-        return problem
-    if job.mig and job.mig_profile is None:
-        return (
-            "a MIG instance of the SlicingPolicy's default profile, and the policy in force "
-            "names none (spec.mig.defaultProfile): name a profile or set one"
-        )
-    if job.gpus > MAX_GPUS_PER_NODE:
-        return f"gpus={job.gpus} per gang member exceeds {MAX_GPUS_PER_NODE} GPUs per node"
-    return ""

@@ -24,10 +24,11 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections.abc import Callable, Iterable, Iterator
+from typing import TypeVar
 
 from seedance.slicer.core.model import PodRequest
 
-__all__ = ["Entry", "FailedShapes", "Order", "Shape", "WaitingIndex"]
+__all__ = ["Entry", "FailedShapes", "Order", "PendingJobs", "Shape", "WaitingIndex"]
 
 #: A waiting job's place in the queue: (-priority, submitted_s, seq).
 Order = tuple[int, float, int]
@@ -37,8 +38,35 @@ Entry = tuple[Order, str]
 Shape = tuple[PodRequest, int, int, str]
 
 
+V = TypeVar("V")
+
 #: How early a job counts as old enough to reserve (see `WaitingIndex.mature`).
 _EARLY_S = 1e-3
+
+
+class PendingJobs(dict[str, V]):
+    """The queue's waiting jobs by id, with how many each tenant has (`by_tenant`: a job id is
+    the scheduler's key, `<tenant>/<job id>`), for the bound on a tenant's waiting jobs
+    (`seedance.slicer.core.tenant_waiting`). Only `[key] = value` and `pop` change it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.by_tenant: dict[str, int] = {}
+
+    def __setitem__(self, key: str, value: V) -> None:
+        if key not in self:
+            tenant = key.partition("/")[0]
+            self.by_tenant[tenant] = self.by_tenant.get(tenant, 0) + 1
+        super().__setitem__(key, value)
+
+    def pop(self, key: str) -> V:  # type: ignore[override]  # the queue pops known ids only
+        value = super().pop(key)
+        tenant = key.partition("/")[0]
+        if (left := self.by_tenant[tenant] - 1) > 0:
+            self.by_tenant[tenant] = left
+        else:
+            del self.by_tenant[tenant]
+        return value
 
 
 class FailedShapes:

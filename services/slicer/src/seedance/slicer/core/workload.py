@@ -54,6 +54,10 @@ class SchedulerConfig:
     #: the fleet can release them). False: `SeedancePolicy` alone. Not for first-fit. The
     #: service's default is its setting's (`SEEDANCE_SLICER_LEAVE_EMPTY`).
     leave_empty: bool = False
+    #: At most this many jobs of one tenant wait (queued or held); a submit past it is refused
+    #: `too_many_waiting` (`seedance.slicer.core.tenant_waiting`). 0: no bound. The service's
+    #: default is its setting's (`SEEDANCE_SLICER_MAX_WAITING_PER_TENANT`).
+    max_waiting_per_tenant: int = 1000
 
     def __post_init__(self) -> None:
         if self.policy not in ("seedance", "first-fit"):
