@@ -577,16 +577,10 @@ class OrtMeasurer:
 
     def _bounded(self, what: str, variants: int, each: int, cap_s: float, call: Any) -> Any:
         """``call(timeout_s=...)``: a child timing ``variants`` variants, ``each`` runs each,
-        bounded by ``cap_s`` or the compile's budget's bound if less (``RunBudgetExhausted``)."""
-        budget = self._budget
-        bound = cap_s if budget is None else budget.child_bound(variants, each, cap_s)
-        try:
-            return call(timeout_s=bound)
-        except subprocess.TimeoutExpired as exc:
-            from seedance.graph_compiler.core.errors import RunBudgetExhausted
-
-            why = f"{what} took over {bound:g} s" if budget is None else None
-            raise RunBudgetExhausted(why or budget.child_stopped(what, bound)) from exc
+        under ``cap_s``, or under the compile's budget (``RunBudget.run_child``) when given."""
+        if self._budget is None:
+            return call(timeout_s=cap_s)
+        return self._budget.run_child(what, variants, each, cap_s, call)
 
 
 def _profile_dict(profile) -> dict[str, Any]:

@@ -16,9 +16,11 @@ the way the core does.
 from __future__ import annotations
 
 import queue
+import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import onnx
@@ -117,17 +119,19 @@ CHILD_RUN_FACTOR = 5.0
 
 
 class RunBudget:
-    """What one compile's in-process runs of a model may take together (``budget_s``; None:
-    unbounded), what they took (wall time, ``time.perf_counter``) and the slowest of them, from
-    which the timing children's bound is derived (``measuring.OrtMeasurer``). One per compile:
-    every session of the compile's ``OrtSessions`` draws on it, so a model tuned to run just
-    under ``run_timeout_s`` cannot make dozens of such runs."""
+    """What one compile's runs of a model may take together (``budget_s``; None: unbounded):
+    its in-process runs (``charge``: wall time, ``time.perf_counter``) and its measurement
+    children (``run_child``: a child's bound is the lesser of its cap, a time derived from the
+    slowest in-process run, and what is left). One per compile: every session of the compile's
+    ``OrtSessions`` and its ``OrtMeasurer`` draw on it, so a model tuned to run just under
+    ``run_timeout_s`` cannot make dozens of such runs."""
 
     def __init__(self, budget_s: float | None = None) -> None:
         if budget_s is not None and not budget_s > 0:
             raise ValueError(f"a run budget must be > 0 s, got {budget_s!r}")
         self.budget_s = budget_s
-        self.spent_s = 0.0
+        self.spent_s = 0.0  # in-process runs and measurement children together
+        self.child_s = 0.0  # measurement children alone
         self.runs = 0
         self.slowest_s = 0.0
 
@@ -139,27 +143,48 @@ class RunBudget:
         self.runs += 1
         self.slowest_s = max(self.slowest_s, took_s)
 
-    def child_bound(self, variants: int, runs_each: int, cap_s: float) -> float:
-        """How long a measurement child of ``variants`` variants, ``runs_each`` runs each, may
-        take: ``cap_s``, or less where the slowest in-process run so far says it needs less."""
+    def derived_s(self, variants: int, runs_each: int) -> float | None:
+        """What a measurement child of ``variants`` variants, ``runs_each`` runs each, may
+        take by the slowest in-process run so far (None: no run yet)."""
         if self.slowest_s <= 0:
-            return cap_s
-        per_variant = VARIANT_LOAD_S + CHILD_RUN_FACTOR * self.slowest_s * runs_each
-        return min(cap_s, CHILD_START_S + variants * per_variant)
-
-    def child_stopped(self, what: str, bound_s: float) -> str:
-        return (
-            f"{what} in a measurement child took over {bound_s:.1f} s and was stopped: the bound "
-            f"derived from the model's slowest in-process run ({self.slowest_s:.3f} s), "
-            f"{CHILD_START_S:g} s, and per variant {VARIANT_LOAD_S:g} s and {CHILD_RUN_FACTOR:g} "
-            "times that run for each of its runs"
+            return None
+        return CHILD_START_S + variants * (
+            VARIANT_LOAD_S + CHILD_RUN_FACTOR * self.slowest_s * runs_each
         )
+
+    def run_child(
+        self, what: str, variants: int, runs_each: int, cap_s: float, call: Callable[..., Any]
+    ) -> Any:
+        """``call(timeout_s=bound)`` (a measurement child, ``subprocess.TimeoutExpired`` past
+        it), its wall time drawn from the budget; ``RunBudgetExhausted`` when stopped or when
+        nothing is left before it starts."""
+        left, derived = self.left_s(), self.derived_s(variants, runs_each)
+        if left is not None and left <= 0:
+            raise self.exhausted()
+        bound = min(b for b in (cap_s, derived, left) if b is not None)
+        started = time.perf_counter()
+        try:
+            return call(timeout_s=bound)
+        except subprocess.TimeoutExpired as exc:
+            raise RunBudgetExhausted(
+                f"{what} in a measurement child took over {bound:.1f} s and was stopped: the "
+                f"least of its cap ({cap_s:g} s), the bound derived from the model's slowest "
+                f"in-process run ({self.slowest_s:.3f} s: {CHILD_START_S:g} s, and per variant "
+                f"{VARIANT_LOAD_S:g} s and {CHILD_RUN_FACTOR:g} times that run for each of its "
+                f"runs, {derived or 0:.1f} s) and what was left of the compile's run budget"
+                + ("" if left is None else f" of {self.budget_s:g} s ({left:.1f} s)")
+            ) from exc
+        finally:
+            took = time.perf_counter() - started
+            self.spent_s += took
+            self.child_s += took
 
     def exhausted(self) -> RunBudgetExhausted:
         return RunBudgetExhausted(
             f"the compile's run budget of {self.budget_s:g} s is spent: {self.runs} run(s) of "
-            f"the model took {self.spent_s:.1f} s together (compile_run_budget_s; the slowest "
-            f"{self.slowest_s:.2f} s, each under run_timeout_s)"
+            f"the model took {self.spent_s - self.child_s:.1f} s in the compile's process "
+            f"(the slowest {self.slowest_s:.2f} s, each under run_timeout_s) and its "
+            f"measurement children {self.child_s:.1f} s (compile_run_budget_s)"
         )
 
 
