@@ -47,8 +47,8 @@ class GraphCompilerSettings(msgspec.Struct, frozen=True, kw_only=True):
     #: is the lesser of ``run_timeout_s`` and what is left of this) and its measurement
     #: children; past it the compile is answered ``RunBudgetExhausted``. A 263-byte ``Loop``
     #: at 0.94 s a run under a 2 s bound made ~72 runs; at 25-59 s a run it reached
-    #: ``compile_timeout_s``. Honest compiles drew up to 155 s here (BERT-base, ``cuda``
-    #: target, FP16 emulated, a loaded 2-core host; docs/graph-compiler.md, "Bounds").
+    #: ``compile_timeout_s``. Honest compiles drew up to 193 s here (BERT-base, CPU target,
+    #: 20 timed runs a candidate, a 2-core host at load 8-11; docs/graph-compiler.md, "Bounds").
     compile_run_budget_s: float = 600.0
     #: Most nodes a model may have, its subgraphs' included; more is refused by the
     #: compatibility check (``IncompatibleModel``). Compile time grows with the node count
