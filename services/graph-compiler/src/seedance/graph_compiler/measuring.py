@@ -512,9 +512,9 @@ class OrtMeasurer:
     """The ``Measurer`` of ``core/selection.py`` on ONNX Runtime's ``provider`` on this machine.
 
     ``runs`` timed runs per variant (interleaved, one child per ``time`` call); CPU sessions get
-    ``threads`` intra-op threads. A child is killed past ``timeout_s``, or past the bound the
-    compile's ``budget`` (``sessions.RunBudget``) derives from its slowest in-process run if
-    less (``RunBudgetExhausted``). Construction fails with ``ValueError`` when the provider is
+    ``threads`` intra-op threads. A child is killed past ``timeout_s``, or earlier where the
+    compile's ``budget`` (``sessions.RunBudget``: its slowest in-process run, what is left)
+    says so (``RunBudgetExhausted``). Construction fails with ``ValueError`` when the provider is
     not in this ORT build (a CPU-only wheel has no CUDA EP), so a worker never claims a GPU it
     has not got."""
 

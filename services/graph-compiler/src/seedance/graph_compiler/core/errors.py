@@ -53,11 +53,11 @@ class ModelRunTimeout(InvalidModel):
 
 class RunBudgetExhausted(CompileError):
     """The compile's runs of the model together took longer than its budget: the in-process
-    runs (the reference, every check, the FP16 emulator's) draw on one ``run_budget_s``, and a
-    timing child is bounded by a time derived from the model's slowest in-process run. Each run
-    may stay under the per-run bound (``ModelRunTimeout``) while a compile makes dozens of
-    them. Not an ``InvalidModel``: a candidate's failure drops that candidate, an exhausted
-    budget ends the compile."""
+    runs (the reference, every check, the FP16 emulator's) and the measurement children draw on
+    one ``run_budget_s``, and a child is also bounded by a time derived from the model's slowest
+    in-process run. Each run may stay under the per-run bound (``ModelRunTimeout``) while a
+    compile makes dozens of them. Not an ``InvalidModel``: a candidate's failure drops that
+    candidate, an exhausted budget ends the compile."""
 
     reason = "run_budget_exhausted"
 
