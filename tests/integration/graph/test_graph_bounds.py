@@ -67,15 +67,16 @@ async def test_an_endless_loop_is_stopped_and_the_next_tenant_is_served(
 async def test_a_compile_over_its_run_budget_is_answered_by_name_and_the_next_tenant_is_served(
     nats_url: str, client: SeedanceClient
 ):
-    """The review's model: a Loop tuned to run well under run_timeout_s (~0.5 s a run under
-    30 s), so no run is stopped, but the compile makes dozens of runs. Its runs together
-    exhaust compile_run_budget_s (2 s) inside the 8 reference runs; acme is answered
-    RunBudgetExhausted and globex, queued behind it, is served."""
+    """The review's model: a Loop tuned to run well under run_timeout_s (~3 s a run under 60 s),
+    so no run is stopped, but the compile makes dozens of runs (~24 in process). Its runs
+    together exhaust compile_run_budget_s (20 s) inside the 8 reference runs; acme is answered
+    RunBudgetExhausted and globex, queued behind it, is served: its compile's runs and its
+    timing child (whose start counts too) draw far less than 20 s."""
     acme, globex = await _tenant(nats_url, "acme"), await _tenant(nats_url, "globex")
     try:
-        settings = {"compile_timeout_s": 600, "run_timeout_s": 30, "compile_run_budget_s": 2}
+        settings = {"compile_timeout_s": 600, "run_timeout_s": 60, "compile_run_budget_s": 20}
         async with serving(_compiler(nats_url, **settings)):
-            tuned = loop_model(loop_trips_for(0.5)).SerializeToString()
+            tuned = loop_model(loop_trips_for(3.0)).SerializeToString()
             hostile = asyncio.create_task(
                 acme.compile_model("acme", "loop", tuned, FP32, timeout_s=90)
             )
@@ -93,5 +94,5 @@ async def test_a_compile_over_its_run_budget_is_answered_by_name_and_the_next_te
     assert victim.ok, victim.error
     assert not held.ok
     assert held.error_kind == "RunBudgetExhausted", (held.error_kind, held.error)
-    assert "the compile's run budget of 2 s is spent" in (held.error or "")
+    assert "the compile's run budget of 20 s is spent" in (held.error or "")
     assert "each under run_timeout_s" in (held.error or "")
