@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 import pytest
-from gc_onnx_kit import loop_forever_model, loop_model, loop_trips_for
+from gc_onnx_kit import StandInMeasurer, loop_forever_model, loop_model, loop_trips_for
 
 from seedance.graph_compiler import (
     ModelRunTimeout,
@@ -117,6 +117,47 @@ def test_a_measurement_child_draws_on_what_is_left_of_the_budget():
     with pytest.raises(RunBudgetExhausted, match=r"measurement children [0-9.]+ s"):
         sess.run(FEEDS)
     assert budget.runs == 0
+
+
+def test_a_target_s_in_process_check_draws_on_the_budget():
+    """``OrtMeasurer.outputs`` (a GPU target's on-target check) ran without any bound."""
+    budget = RunBudget(0.5)
+    measurer = OrtMeasurer(budget=budget, run_timeout_s=30)
+    started = time.monotonic()
+    with pytest.raises(RunBudgetExhausted, match=r"run budget of 0\.5 s is spent: 1 run"):
+        measurer.outputs(loop_forever_model().SerializeToString(), SessionProfile(), [FEEDS])
+    assert time.monotonic() - started < 15
+    honest = OrtMeasurer(budget=RunBudget(60), run_timeout_s=30)
+    (out,) = honest.outputs(loop_model(3).SerializeToString(), SessionProfile(), [FEEDS])
+    np.testing.assert_array_equal(out[0], np.full((1, 4), 3.0, np.float32))
+
+
+class _SpentOnSecondCheck(StandInMeasurer):
+    """A GPU stand-in whose second on-target check finds the budget spent (the first is the
+    FP16 candidate's, the second an FP16 variant's, in ``_checked_on_target``)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            {"baseline": 2.0, "fp16": 1.0}, provider="CUDAExecutionProvider", int8_accelerated=False
+        )
+        self.checks = 0
+
+    def outputs(self, model, profile, feeds):
+        self.checks += 1
+        if self.checks >= 2:
+            raise RunBudget(1.0).exhausted()
+        return super().outputs(model, profile, feeds)
+
+
+def test_a_budget_spent_in_an_fp16_variant_s_on_target_check_ends_the_compile(tiny_bert):
+    """The variants' on-target check caught every exception and dropped the variant."""
+    policy = PrecisionPolicy(
+        priority_order=[Precision.FP16, Precision.FP32], target="cuda", calibration_samples=2
+    )
+    measurer = _SpentOnSecondCheck()
+    with pytest.raises(RunBudgetExhausted):
+        compile_model(tiny_bert, policy, measurer, run_timeout_s=60)
+    assert measurer.checks == 2
 
 
 def test_the_run_budget_setting_is_validated_and_outlasts_one_run():

@@ -528,6 +528,7 @@ class OrtMeasurer:
         timeout_s: float = 1200,
         warmup: int | None = None,
         budget: Any = None,
+        run_timeout_s: float | None = None,
     ) -> None:
         have = available_providers()
         if provider not in have:
@@ -539,6 +540,7 @@ class OrtMeasurer:
         self._warmup = warmup if warmup is not None else (20 if provider == _CUDA_EP else 3)
         self._target = describe_machine(provider)
         self._budget = budget  # the compile's ``sessions.RunBudget``: bounds the children
+        self._run_timeout_s = run_timeout_s  # and, with it, ``outputs``' runs
 
     @property
     def target(self):
@@ -563,9 +565,15 @@ class OrtMeasurer:
             return self._bounded(what, len(vs), each, self._timeout_s, call)
 
     def outputs(self, model: bytes, profile, feeds):
-        """Outputs of ``model`` on this provider for each feed (in process: no timing here)."""
+        """Outputs of ``model`` on this provider for each feed (in process, bounded as the
+        compile's own runs when given a budget: ``sessions.OrtSession``; no timing here)."""
         runner = ProfiledRunner(model, _profile_dict(profile), threads=self._threads)
-        return [runner.run(f) for f in feeds]
+        if self._budget is None or runner._io:
+            return [runner.run(f) for f in feeds]
+        from seedance.graph_compiler.sessions import OrtSession  # not in the child
+
+        bounded = OrtSession(runner.session, self._run_timeout_s, self._budget)
+        return [bounded.run(runner.prepare(f)) for f in feeds]
 
     def peak_rss_mb(self, model: bytes, profile, feeds) -> float:
         with tempfile.TemporaryDirectory(prefix="gc-rss-") as tmp:
@@ -576,8 +584,7 @@ class OrtMeasurer:
             return self._bounded("measuring peak RSS", 1, 3, 600.0, call)
 
     def _bounded(self, what: str, variants: int, each: int, cap_s: float, call: Any) -> Any:
-        """``call(timeout_s=...)``: a child timing ``variants`` variants, ``each`` runs each,
-        under ``cap_s``, or under the compile's budget (``RunBudget.run_child``) when given."""
+        """``call(timeout_s=...)``, a child: under ``cap_s``, or ``RunBudget.run_child``."""
         if self._budget is None:
             return call(timeout_s=cap_s)
         return self._budget.run_child(what, variants, each, cap_s, call)

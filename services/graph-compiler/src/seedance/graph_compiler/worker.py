@@ -106,7 +106,11 @@ def compile_file(
         budget = RunBudget(run_budget_s)
         try:
             measurer = OrtMeasurer(
-                provider, runs=select_runs, threads=policy.measure_threads, budget=budget
+                provider,
+                runs=select_runs,
+                threads=policy.measure_threads,
+                budget=budget,
+                run_timeout_s=run_timeout_s,
             )
         except ValueError as exc:
             raise TargetUnavailable(f"target {target}: {exc}") from exc

@@ -313,6 +313,8 @@ def _checked_on_target(
         outs = measurer.outputs(
             variant.SerializeToString(), SessionProfile(provider=provider), checker.calib
         )
+    except RunBudgetExhausted:
+        raise  # the compile's, not this candidate's: it ends the compile
     except Exception as exc:  # ORT's load/run errors: the candidate is dropped with the reason
         return CandidateOutcome(
             precision=Precision.FP16,
