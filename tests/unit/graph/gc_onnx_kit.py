@@ -142,6 +142,32 @@ def _hostile(nodes, inits=(), inputs=None, outputs=None) -> onnx.ModelProto:
 def loop_forever_model() -> onnx.ModelProto:
     """~300 bytes: a ``Loop`` with trip count 2^62 and an ``Add`` in its body. It passes the
     checker and shape inference, and runs until something stops it."""
+    return loop_model(2**62)
+
+
+def loop_trips_for(seconds: float) -> int:
+    """The trip count at which one run of ``loop_model`` takes about ``seconds`` on this
+    machine now, run as the compile runs its reference (measured, as the review tuned its
+    model to run just under the bound; the fastest of 3 runs, so load makes runs longer)."""
+    import time
+
+    from seedance.graph_compiler.sessions import make_session
+
+    trips = 20_000
+    sess = make_session(loop_model(trips), "disable", threads=2)
+    feeds = {"x": np.zeros((1, 4), np.float32)}
+    sess.run(feeds)  # the first run allocates
+    took = []
+    for _ in range(3):
+        started = time.perf_counter()
+        sess.run(feeds)
+        took.append(time.perf_counter() - started)
+    return max(1, int(trips * seconds / min(took)))
+
+
+def loop_model(trips: int) -> onnx.ModelProto:
+    """A ``Loop`` of ``trips`` iterations with an ``Add`` in its body: each run of it takes as
+    long as its trip count says, however small the model."""
     body = helper.make_graph(
         [
             helper.make_node("Identity", ["cond_in"], ["cond_out"]),
@@ -156,7 +182,7 @@ def loop_forever_model() -> onnx.ModelProto:
         [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), f32("v_out", [1, 4])],
         initializer=[init("one", np.ones((1, 4), np.float32))],
     )
-    inits = [init("M", np.array(2**62, np.int64)), init("c", np.array(True))]
+    inits = [init("M", np.array(trips, np.int64)), init("c", np.array(True))]
     return _hostile([helper.make_node("Loop", ["M", "c", "x"], ["y"], body=body)], inits)
 
 

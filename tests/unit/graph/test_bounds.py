@@ -11,12 +11,15 @@ import time
 import numpy as np
 import pytest
 from gc_onnx_kit import (
+    _hostile,
     big_alloc_model,
     big_input_model,
+    f32,
     huge_dim_model,
     loop_forever_model,
     relu_chain_model,
 )
+from onnx import helper
 
 from seedance.graph_compiler import (
     InvalidModel,
@@ -26,7 +29,7 @@ from seedance.graph_compiler import (
     compile_model,
     pool,
 )
-from seedance.graph_compiler.core.runtime import MAX_INPUT_ELEMENTS
+from seedance.graph_compiler.core.runtime import MAX_SAMPLE_BYTES, sample_inputs
 from seedance.graph_compiler.sessions import make_session
 from seedance.graph_compiler.settings import GraphCompilerSettings
 from seedance.graph_compiler.worker import compile_file
@@ -70,13 +73,37 @@ def test_a_huge_declared_input_is_refused_naming_the_input_and_its_shape(tmp_pat
     assert f"input 'x' declares shape [{1 << 40}, {1 << 40}]" in (outcome.error or "")
 
 
-def test_an_input_over_max_input_elements_is_refused_before_any_sample_is_drawn():
-    """A 108-byte model declaring [1, 2^25] cost the compile child 1,413 MiB of samples."""
-    with pytest.raises(InvalidModel, match=r"input 'x' declares shape \[1, 33554432\]"):
-        compile_model(big_input_model(1 << 25), FP32, run_timeout_s=60)
+def test_inputs_over_max_sample_bytes_are_refused_before_any_sample_is_drawn():
+    """A 108-byte model declaring [1, 2^25] cost the compile child 1,413 MiB of samples (drawn
+    in float64); the bound is now on one sample's bytes, in the inputs' own types."""
+    over = (MAX_SAMPLE_BYTES // 4) + 1  # float32: 4 bytes over
+    with pytest.raises(InvalidModel) as caught:
+        compile_model(big_input_model(over), FP32, run_timeout_s=60)
+    text = str(caught.value)
+    assert f"input 'x' declares shape [1, {over}] of float32 ({over * 4:,} bytes" in text, text
+    assert f"over the {MAX_SAMPLE_BYTES:,} bytes (256.0 MiB) per sample" in text
     # under the bound it still compiles
     assert compile_model(big_input_model(1 << 16), FP32, run_timeout_s=60).model_bytes
-    assert MAX_INPUT_ELEMENTS == 1 << 24  # the documented default
+    assert MAX_SAMPLE_BYTES == 256 << 20  # the documented default
+
+
+def test_a_4k_frame_and_a_batch_of_8_megapixel_images_are_sampled_in_float32():
+    """Both were refused by the 2^24-element cap (24.9 M and 25.2 M elements)."""
+    for shape in ([1, 3, 2160, 3840], [8, 3, 1024, 1024]):
+        model = _hostile([helper.make_node("Relu", ["x"], ["y"])], [], [f32("x", shape)],
+                         [f32("y", shape)])  # fmt: skip
+        (feeds,) = sample_inputs(model, 1, 0)
+        assert feeds["x"].shape == tuple(shape)
+        assert feeds["x"].dtype == np.float32
+        assert 0.9 < float(feeds["x"][0, 0, :64, :64].std()) < 1.1  # standard normal
+
+
+def test_several_inputs_are_bounded_together_naming_the_largest():
+    shape = [1, (MAX_SAMPLE_BYTES // 4) // 2 + 1]  # each half the bound, and 4 bytes
+    nodes = [helper.make_node("Add", ["a", "b"], ["y"])]
+    model = _hostile(nodes, [], [f32("a", shape), f32("b", shape)], [f32("y", shape)])
+    with pytest.raises(InvalidModel, match=r"input 'a' declares shape .*, input 'b' declares"):
+        sample_inputs(model, 1, 0)
 
 
 def test_the_compile_child_s_memory_is_bounded_and_an_allocation_past_it_is_named(

@@ -28,6 +28,7 @@ from seedance.graph_compiler.core.errors import (
     InvalidModel,
     ModelRunTimeout,
     NoFasterCandidate,
+    RunBudgetExhausted,
     TargetUnavailable,
     UnsupportedOperator,
 )
@@ -67,6 +68,7 @@ __all__ = [
     "PassResult",
     "Precision",
     "PrecisionPolicy",
+    "RunBudgetExhausted",
     "SessionProfile",
     "Target",
     "TargetInfo",

@@ -33,6 +33,7 @@ import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -511,9 +512,11 @@ class OrtMeasurer:
     """The ``Measurer`` of ``core/selection.py`` on ONNX Runtime's ``provider`` on this machine.
 
     ``runs`` timed runs per variant (interleaved, one child per ``time`` call); CPU sessions get
-    ``threads`` intra-op threads. Construction fails with ``ValueError`` when the provider is not
-    in this ORT build (a CPU-only wheel has no CUDA EP), so a worker never claims a GPU it has
-    not got."""
+    ``threads`` intra-op threads. A child is killed past ``timeout_s``, or earlier where the
+    compile's ``budget`` (``sessions.RunBudget``: its slowest in-process run, what is left)
+    says so (``RunBudgetExhausted``). Construction fails with ``ValueError`` when the provider is
+    not in this ORT build (a CPU-only wheel has no CUDA EP), so a worker never claims a GPU it
+    has not got."""
 
     def __init__(
         self,
@@ -524,6 +527,8 @@ class OrtMeasurer:
         seed: int = 0,
         timeout_s: float = 1200,
         warmup: int | None = None,
+        budget: Any = None,
+        run_timeout_s: float | None = None,
     ) -> None:
         have = available_providers()
         if provider not in have:
@@ -534,6 +539,8 @@ class OrtMeasurer:
         # on a CPU a run can take 100 ms and three settle the allocator and the pre-packing.
         self._warmup = warmup if warmup is not None else (20 if provider == _CUDA_EP else 3)
         self._target = describe_machine(provider)
+        self._budget = budget  # the compile's ``sessions.RunBudget``: bounds the children
+        self._run_timeout_s = run_timeout_s  # and, with it, ``outputs``' runs
 
     @property
     def target(self):
@@ -552,27 +559,35 @@ class OrtMeasurer:
         with tempfile.TemporaryDirectory(prefix="gc-time-") as tmp:
             paths = self._files(Path(tmp), [(n, b) for n, b, _ in variants])
             vs = [Variant(name=n, path=paths[n], profile=_profile_dict(p)) for n, _, p in variants]
-            return measure_latency(
-                vs,
-                feeds,
-                runs=self._runs,
-                threads=self._threads,
-                seed=self._seed,
-                timeout_s=self._timeout_s,
-                warmup=self._warmup,
-            )
+            each, what = max(self._warmup, 3) + self._runs, f"timing {len(vs)} variant(s)"
+            args = (vs, feeds, self._runs, self._threads, self._seed)
+            call = partial(measure_latency, *args, warmup=self._warmup)
+            return self._bounded(what, len(vs), each, self._timeout_s, call)
 
     def outputs(self, model: bytes, profile, feeds):
-        """Outputs of ``model`` on this provider for each feed (in process: no timing here)."""
+        """Outputs of ``model`` on this provider for each feed (in process, bounded as the
+        compile's own runs when given a budget: ``sessions.OrtSession``; no timing here)."""
         runner = ProfiledRunner(model, _profile_dict(profile), threads=self._threads)
-        return [runner.run(f) for f in feeds]
+        if self._budget is None or runner._io:
+            return [runner.run(f) for f in feeds]
+        from seedance.graph_compiler.sessions import OrtSession  # not in the child
+
+        bounded = OrtSession(runner.session, self._run_timeout_s, self._budget)
+        return [bounded.run(runner.prepare(f)) for f in feeds]
 
     def peak_rss_mb(self, model: bytes, profile, feeds) -> float:
         with tempfile.TemporaryDirectory(prefix="gc-rss-") as tmp:
             p = Path(tmp) / "m.onnx"
             p.write_bytes(model)
             v = Variant(name="m", path=p, profile=_profile_dict(profile))
-            return measure_peak_rss_mb(v, feeds, threads=self._threads)
+            call = partial(measure_peak_rss_mb, v, feeds, threads=self._threads)
+            return self._bounded("measuring peak RSS", 1, 3, 600.0, call)
+
+    def _bounded(self, what: str, variants: int, each: int, cap_s: float, call: Any) -> Any:
+        """``call(timeout_s=...)``, a child: under ``cap_s``, or ``RunBudget.run_child``."""
+        if self._budget is None:
+            return call(timeout_s=cap_s)
+        return self._budget.run_child(what, variants, each, cap_s, call)
 
 
 def _profile_dict(profile) -> dict[str, Any]:

@@ -468,6 +468,7 @@ class GraphCompilerService(Lifecycle):
             self._settings.select_runs,
             self._settings.run_timeout_s,
             self._settings.max_nodes,
+            self._settings.compile_run_budget_s,
         )
         try:
             return await asyncio.wait_for(fut, self._settings.compile_timeout_s)

@@ -43,6 +43,13 @@ class GraphCompilerSettings(msgspec.Struct, frozen=True, kw_only=True):
     #: whole ``compile_timeout_s``. BERT-base's slowest reference run here is ~0.4 s
     #: (docs/graph-compiler.md, "Bounds"): 60 s leaves room for larger models on a loaded host.
     run_timeout_s: float = 60.0
+    #: All of one compile's runs of the model together: its in-process runs (each run's bound
+    #: is the lesser of ``run_timeout_s`` and what is left of this) and its measurement
+    #: children; past it the compile is answered ``RunBudgetExhausted``. A 263-byte ``Loop``
+    #: at 0.94 s a run under a 2 s bound made ~72 runs; at 25-59 s a run it reached
+    #: ``compile_timeout_s``. Honest compiles drew up to 193 s here (BERT-base, CPU target,
+    #: 20 timed runs a candidate, a 2-core host at load 8-11; docs/graph-compiler.md, "Bounds").
+    compile_run_budget_s: float = 600.0
     #: Most nodes a model may have, its subgraphs' included; more is refused by the
     #: compatibility check (``IncompatibleModel``). Compile time grows with the node count
     #: (docs/graph-compiler.md, "Bounds"); 0: no bound.
@@ -92,6 +99,8 @@ class GraphCompilerSettings(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError(f"compile_memory_mib must be >= 0, got {self.compile_memory_mib!r}")
         if not self.run_timeout_s > 0:
             raise ValueError(f"run_timeout_s must be > 0, got {self.run_timeout_s!r}")
+        if not self.compile_run_budget_s > 0:
+            raise ValueError(f"compile_run_budget_s must be > 0, got {self.compile_run_budget_s!r}")
 
     def fetch_policy(self) -> FetchPolicy:
         return FetchPolicy.parse(

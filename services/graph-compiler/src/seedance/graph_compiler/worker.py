@@ -33,6 +33,7 @@ from seedance.graph_compiler.measuring import (
     describe_machine,
     provider_loads,
 )
+from seedance.graph_compiler.sessions import RunBudget
 
 __all__ = [
     "PROVIDERS",
@@ -92,15 +93,25 @@ def compile_file(
     select_runs: int = 20,
     run_timeout_s: float | None = None,
     max_nodes: int = 0,
+    run_budget_s: float | None = None,
 ) -> Outcome:
     """Check, compile and write the artifact to ``out_path`` (only when the compile passed).
     Candidates are timed on the target's provider with ``select_runs`` runs each; each
-    in-process run of a model is stopped after ``run_timeout_s`` (``ModelRunTimeout``); a model
-    of more than ``max_nodes`` nodes (0: any) is refused by the compatibility check."""
+    in-process run of a model is stopped after ``run_timeout_s`` (``ModelRunTimeout``), all of
+    them together after ``run_budget_s`` (``RunBudgetExhausted``; the timing children are
+    bounded by a time derived from the slowest of those runs); a model of more than
+    ``max_nodes`` nodes (0: any) is refused by the compatibility check."""
     try:
         provider = needs_provider(target)
+        budget = RunBudget(run_budget_s)
         try:
-            measurer = OrtMeasurer(provider, runs=select_runs, threads=policy.measure_threads)
+            measurer = OrtMeasurer(
+                provider,
+                runs=select_runs,
+                threads=policy.measure_threads,
+                budget=budget,
+                run_timeout_s=run_timeout_s,
+            )
         except ValueError as exc:
             raise TargetUnavailable(f"target {target}: {exc}") from exc
         compat = check_compatibility(model_path, replace(TARGETS[target][1], max_nodes=max_nodes))
@@ -110,7 +121,9 @@ def compile_file(
                 f"{len(problems)} problem(s) for target {target}: " + "; ".join(problems[:10]),
                 problems,
             )
-        result = compile_model(Path(model_path), policy, measurer, run_timeout_s=run_timeout_s)
+        result = compile_model(
+            Path(model_path), policy, measurer, run_timeout_s=run_timeout_s, budget=budget
+        )
     except MemoryError as exc:
         # The child's address-space bound (the service's compile_memory_mib), met by numpy or
         # the passes; the stack that held the memory is gone, so answering is safe.

@@ -18,7 +18,11 @@ import onnx
 from seedance.graph_compiler.core import fp16, int8, passes
 from seedance.graph_compiler.core.accuracy import Accuracy, compare_outputs
 from seedance.graph_compiler.core.checking import Checker
-from seedance.graph_compiler.core.errors import InvalidModel, UnsupportedOperator
+from seedance.graph_compiler.core.errors import (
+    InvalidModel,
+    RunBudgetExhausted,
+    UnsupportedOperator,
+)
 from seedance.graph_compiler.core.policy import Precision, Target
 from seedance.graph_compiler.core.profile import CPU_EP, SessionProfile
 from seedance.graph_compiler.core.report import CandidateOutcome, FallbackNode
@@ -84,6 +88,8 @@ def try_int8(
         try:
             q = quantizer.quantize(base, kind, checker.calib, exclude)
             acc = checker.check(checker.run(q, "all"))
+        except RunBudgetExhausted:
+            raise  # the compile's, not this candidate's: it ends the compile
         except Exception as exc:  # the quantiser raises bare Exceptions on graphs it cannot type
             return CandidateOutcome(
                 precision=Precision.INT8,
@@ -307,6 +313,8 @@ def _checked_on_target(
         outs = measurer.outputs(
             variant.SerializeToString(), SessionProfile(provider=provider), checker.calib
         )
+    except RunBudgetExhausted:
+        raise  # the compile's, not this candidate's: it ends the compile
     except Exception as exc:  # ORT's load/run errors: the candidate is dropped with the reason
         return CandidateOutcome(
             precision=Precision.FP16,

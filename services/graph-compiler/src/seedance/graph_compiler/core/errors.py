@@ -14,6 +14,7 @@ __all__ = [
     "InvalidModel",
     "ModelRunTimeout",
     "NoFasterCandidate",
+    "RunBudgetExhausted",
     "TargetUnavailable",
     "UnsupportedOperator",
 ]
@@ -48,6 +49,17 @@ class ModelRunTimeout(InvalidModel):
     that only tell valid from invalid."""
 
     reason = "model_run_timeout"
+
+
+class RunBudgetExhausted(CompileError):
+    """The compile's runs of the model together took longer than its budget: the in-process
+    runs (the reference, every check, the FP16 emulator's) and the measurement children draw on
+    one ``run_budget_s``, and a child is also bounded by a time derived from the model's slowest
+    in-process run. Each run may stay under the per-run bound (``ModelRunTimeout``) while a
+    compile makes dozens of them. Not an ``InvalidModel``: a candidate's failure drops that
+    candidate, an exhausted budget ends the compile."""
+
+    reason = "run_budget_exhausted"
 
 
 class UnsupportedOperator(CompileError):

@@ -21,7 +21,7 @@ from onnx import helper
 from seedance.graph_compiler.core.errors import InvalidModel
 
 __all__ = [
-    "MAX_INPUT_ELEMENTS",
+    "MAX_SAMPLE_BYTES",
     "OPT_LEVELS",
     "Feeds",
     "Session",
@@ -35,12 +35,13 @@ Feeds = dict[str, np.ndarray]
 #: The graph optimisation levels a session may be asked for (ONNX Runtime's four).
 OPT_LEVELS = ("disable", "basic", "extended", "all")
 
-#: The most elements a declared input may have: each calibration sample of it is drawn in
-#: float64 (then cast), so 2^24 is 128 MiB drawn and 64 MiB kept per float32 sample, 512 MiB
-#: for the default 8. A 1x3x1024x1024 image is 3.1 M; BERT's [1, 128] ids are 128. A 108-byte
-#: model declaring [1, 2^25] cost the compile child 1,413 MiB; [2^40, 2^40] raised numpy's
-#: ValueError (an internal error) instead of a named one.
-MAX_INPUT_ELEMENTS = 1 << 24
+#: The most bytes one calibration sample (every declared input, in its own type) may take: the
+#: samples (8 by default) are held for the whole compile, 2 GiB at this bound. A 4K frame
+#: (3x2160x3840 float32) is 95 MiB, a batch of 8 1024x1024 RGB images 96 MiB, BERT's [1, 128]
+#: ids 1 KiB. A 108-byte model declaring [1, 2^25] floats cost the compile child 1,413 MiB when
+#: samples were drawn in float64; [2^40, 2^40] raised numpy's ValueError (an internal error)
+#: instead of a named one.
+MAX_SAMPLE_BYTES = 256 << 20
 
 
 class Session(Protocol):
@@ -96,42 +97,71 @@ def _gather_rows(model: onnx.ModelProto) -> dict[str, int]:
     return bounds
 
 
+def _sample_bytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
+    """What drawing one sample of an input costs at its peak: its own type's bytes, and a
+    float16 input is drawn in float32 first (Python ints: [2^40, 2^40] does not overflow)."""
+    item = max(dtype.itemsize, 4) if np.issubdtype(dtype, np.floating) else dtype.itemsize
+    return math.prod(shape) * item
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):,.1f} MiB"
+
+
+def _refuse_large(
+    shapes: Mapping[str, tuple[int, ...]], dtypes: Mapping[str, np.dtype], max_bytes: int
+) -> None:
+    sizes = {name: _sample_bytes(shape, dtypes[name]) for name, shape in shapes.items()}
+    total = sum(sizes.values())
+    if total <= max_bytes:
+        return
+    largest = sorted(sizes, key=lambda n: -sizes[n])[:3]
+    named = ", ".join(
+        f"input {n!r} declares shape {list(shapes[n])} of {dtypes[n].name} ({sizes[n]:,} bytes, "
+        f"{_mib(sizes[n])})"
+        for n in largest
+    )
+    more = f" and {len(sizes) - 3} more input(s)" if len(sizes) > 3 else ""
+    raise InvalidModel(
+        f"{named}{more}: one calibration sample would take {total:,} bytes, over the "
+        f"{max_bytes:,} bytes ({_mib(max_bytes)}) per sample the compiler draws"
+    )
+
+
 def sample_inputs(
-    model: onnx.ModelProto, count: int, seed: int, max_elements: int = MAX_INPUT_ELEMENTS
+    model: onnx.ModelProto, count: int, seed: int, max_bytes: int = MAX_SAMPLE_BYTES
 ) -> list[Feeds]:
-    """``count`` seeded input sets. Float inputs are standard normal; integer inputs feeding
-    an embedding table are ids below its row count; masks are ones with a varying padded tail
-    (as real batches have); other integers are 0/1. An input declaring more than
-    ``max_elements`` elements is refused with ``InvalidModel`` naming it and its shape."""
+    """``count`` seeded input sets. Float inputs are standard normal (drawn in float32, or
+    float64 for a float64 input); integer inputs feeding an embedding table are ids below its
+    row count; masks are ones with a varying padded tail (as real batches have); other integers
+    are 0/1. Inputs whose one sample would take more than ``max_bytes`` together are refused
+    with ``InvalidModel`` naming the largest, their shapes and bytes, before any is drawn."""
     rng = np.random.default_rng(seed)
     shapes = static_input_shapes(model)
-    for name, shape in shapes.items():
-        elements = math.prod(shape)  # Python ints: [2^40, 2^40] does not overflow
-        if elements > max_elements:
-            raise InvalidModel(
-                f"input {name!r} declares shape {list(shape)} ({elements:,} elements): over "
-                f"the {max_elements:,} elements per input the compiler draws calibration "
-                "samples of"
-            )
-    bounds = _gather_rows(model)
     types = {vi.name: vi.type.tensor_type.elem_type for vi in model.graph.input}
+    dtypes = {name: np.dtype(helper.tensor_dtype_to_np_dtype(types[name])) for name in shapes}
+    _refuse_large(shapes, dtypes, max_bytes)
+    bounds = _gather_rows(model)
     out: list[Feeds] = []
     for k in range(count):
         feeds: Feeds = {}
         for name, shape in shapes.items():
-            dtype = helper.tensor_dtype_to_np_dtype(types[name])
+            dtype = dtypes[name]
             if np.issubdtype(dtype, np.floating):
-                feeds[name] = rng.standard_normal(shape).astype(dtype)
+                drawn = np.float64 if dtype == np.float64 else np.float32
+                feeds[name] = rng.standard_normal(shape, dtype=drawn).astype(dtype, copy=False)
             elif dtype == np.bool_:
-                feeds[name] = rng.integers(0, 2, shape).astype(np.bool_)
+                feeds[name] = rng.integers(0, 2, shape, dtype=np.uint8).astype(np.bool_)
             elif "mask" in name.lower():
                 arr = np.ones(shape, dtype)
                 if shape:
                     valid = max(1, shape[-1] - (k * shape[-1]) // (2 * max(count, 1)))
                     arr[..., valid:] = 0
                 feeds[name] = arr
+            elif np.issubdtype(dtype, np.integer):
+                high = min(bounds.get(name, 2), int(np.iinfo(dtype).max) + 1)
+                feeds[name] = rng.integers(0, high, shape, dtype=dtype)  # no int64 copy first
             else:
-                high = bounds.get(name, 2)
-                feeds[name] = rng.integers(0, high, shape).astype(dtype)
+                feeds[name] = rng.integers(0, 2, shape).astype(dtype)
         out.append(feeds)
     return out
