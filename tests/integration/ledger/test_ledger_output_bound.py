@@ -20,7 +20,12 @@ from prometheus_client import CollectorRegistry
 
 from seedance.core import Bus, BusSettings, ServiceRuntime
 from seedance.cost_ledger import core
-from seedance.cost_ledger.core.replica import MAX_OUTPUT_BYTES, LedgerReplica, ledger_inputs
+from seedance.cost_ledger.core.replica import (
+    MAX_OUTPUT_BYTES,
+    OUTPUT_HEADERS_BYTES,
+    LedgerReplica,
+    ledger_inputs,
+)
 from seedance.cost_ledger.service import LedgerService
 from seedance.events import decode
 from seedance.events.cost import MAX_SOURCE_IDS, CostEntry, CostKind, source_count
@@ -121,7 +126,7 @@ async def test_an_hourly_window_of_an_8_gpu_node_sampled_each_second_is_billed(
 
 
 async def test_a_replica_refuses_to_start_on_a_server_that_cannot_carry_its_bound() -> None:
-    # 64 KiB: the outputs' bound, but not the 4 KiB of headers beside it
+    # 64 KiB: the outputs' bound, but not the headers' allowance beside it
     server = auth_server("max_payload: 65536\n" + SHIPPED_AUTH.read_text(), password)
     try:
         service = _ledger(server.url, "too-small")
@@ -134,4 +139,4 @@ async def test_a_replica_refuses_to_start_on_a_server_that_cannot_carry_its_boun
         server.stop()
     message = str(info.value)
     assert "max_payload = 65536" in message
-    assert f"MAX_OUTPUT_BYTES = {MAX_OUTPUT_BYTES} + 4096" in message
+    assert f"MAX_OUTPUT_BYTES = {MAX_OUTPUT_BYTES} + {OUTPUT_HEADERS_BYTES}" in message

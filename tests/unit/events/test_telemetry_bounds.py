@@ -16,6 +16,7 @@ import msgspec
 import pytest
 
 from seedance.events import DecodeError, decode, encode, new_event_id
+from seedance.events.slicing import GpuAssignment, Placement, PlacementKind
 from seedance.events.telemetry import (
     MAX_ENERGY_J,
     MAX_GPU_MEM_MIB,
@@ -200,3 +201,23 @@ def test_pod_share_struct_keeps_its_bound_on_its_own() -> None:
     raw = _wire({"gpu_index": 2**64, "pod_uid": "u", "sm_share": 0.1, "mem_share": 0.1})
     with pytest.raises(msgspec.ValidationError, match=r"at `\$\.gpu_index`"):
         msgspec.json.decode(raw, type=PodShare)
+
+
+def test_a_placement_is_bounded_as_the_inventories_it_copies() -> None:
+    """The cost-ledger copies a placement's GPU model into each entry three times: unbounded, a
+    360 KB model made a 1.08 MB entry and failed the replica's publish (`MaxPayloadError`)."""
+    ok = Placement(
+        id=_ID, at=T0, job_id="j1", tenant="acme", node="n1", gpu_model="m" * 128,
+        kind=PlacementKind.WHOLE, gpus=[GpuAssignment(index=0, uuid="u" * 96)],
+    )  # fmt: skip
+    assert decode(encode(ok)) == ok
+    wire = msgspec.json.decode(encode(ok))
+    for patch, field in [
+        ({"gpu_model": "m" * 129}, "$.gpu_model"),
+        ({"gpus": [{"index": 0, "uuid": "u" * 97}]}, "$.gpus[0].uuid"),
+        ({"gpus": [{"index": 0, "mig_profile": "p" * 33}]}, "$.gpus[0].mig_profile"),
+        ({"gpus": [{"index": 0}] * (MAX_NODE_DEVICES + 1)}, "$.gpus"),
+    ]:
+        with pytest.raises(DecodeError) as caught:
+            decode(_wire(wire | patch))
+        assert f"at `{field}`" in str(caught.value)

@@ -14,7 +14,11 @@ from typing import Annotated
 import msgspec
 
 from seedance.events.base import Event, UtcDatetime
+from seedance.events.telemetry import MAX_NODE_DEVICES, GpuModelName, GpuUuid
 from seedance.events.tokens import Name, TenantId
+
+#: A MIG profile's name (``3g.40gb``, ``1g.10gb+me``, ``1c.3g.20gb``): well under this.
+MigProfileName = Annotated[str, msgspec.Meta(max_length=32)]
 
 __all__ = [
     "CapacityPlan",
@@ -48,10 +52,14 @@ class GpuAssignment(msgspec.Struct, frozen=True, kw_only=True):
     """One GPU (or a share or MIG instance of it) given to a job."""
 
     index: int
-    uuid: str = ""
+    uuid: GpuUuid = ""
     milli: int = 1000
-    mig_profile: str | None = None
+    mig_profile: MigProfileName | None = None
     mig_start_slot: int | None = None
+
+
+#: A placement's GPUs: no more than a node may describe (``telemetry.MAX_NODE_DEVICES``).
+PlacedGpus = Annotated[list[GpuAssignment], msgspec.Meta(max_length=MAX_NODE_DEVICES)]
 
 
 class Placement(Event, frozen=True, kw_only=True, tag="slice.placement.v1"):
@@ -61,9 +69,11 @@ class Placement(Event, frozen=True, kw_only=True, tag="slice.placement.v1"):
     tenant: TenantId
     node: Name
     pool: Name = "default"
-    gpu_model: str = ""
+    #: Bounded as the inventories' models are (``telemetry.MAX_GPU_MODEL_LEN``): the ledger's
+    #: cost entries copy it, and every output must stay under its size bound.
+    gpu_model: GpuModelName = ""
     kind: PlacementKind
-    gpus: list[GpuAssignment] = msgspec.field(default_factory=list)
+    gpus: PlacedGpus = msgspec.field(default_factory=list)
     cpu_milli: int = 0
     memory_mib: int = 0
     policy: str = ""

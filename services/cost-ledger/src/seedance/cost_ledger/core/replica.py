@@ -129,8 +129,10 @@ DEFAULT_TELEMETRY_AHEAD_S = 10
 #: (docs/cost-ledger.md, "Outputs and `max_payload`").
 MAX_OUTPUT_BYTES = 64 * 1024
 #: What an output's headers (``Nats-Msg-Id``, trace context) may add: the service refuses to
-#: start on a connection whose ``max_payload`` is under ``MAX_OUTPUT_BYTES`` plus this.
-OUTPUT_HEADERS_BYTES = 4096
+#: start on a connection whose ``max_payload`` is under ``MAX_OUTPUT_BYTES`` plus this. A cost
+#: entry carries its placement's trace context, and OpenTelemetry's propagator keeps a
+#: ``tracestate`` of up to 8,192 characters.
+OUTPUT_HEADERS_BYTES = 12 * 1024
 
 
 class _State(msgspec.Struct, kw_only=True):
