@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 
-from seedance.bench.ledger_line_sizes import largest_output
+from seedance.bench.ledger_line_sizes import T0, largest_output, one_node, sample_batch, start
 from seedance.cost_ledger import core
 from seedance.cost_ledger.core.lines import Amounts, CostLine, JobCost, LineUse
 from seedance.cost_ledger.core.mapping import to_bus
@@ -32,20 +32,13 @@ from seedance.events.cost import (
     source_count,
     source_digest,
 )
-from seedance.events.slicing import GpuAssignment, Placement, PlacementKind
-from seedance.events.subjects import slicing, telemetry
+from seedance.events.subjects import telemetry
 from seedance.events.telemetry import (
     MAX_GPU_MODEL_LEN,
     MAX_NODE_GPUS,
-    GpuInfo,
-    GpuSample,
-    GpuSampleBatch,
-    NodeInventory,
 )
 from seedance.reports.focus import focus_rows
 from seedance.reports.lines import lines_from_events
-
-T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
 @pytest.mark.parametrize(
@@ -73,24 +66,12 @@ def _window(gpus: int, batches: int) -> tuple[list[object], list[CostEntry]]:
     in a 3,600 s window, and batches on past its close: (inputs of the window, entries)."""
     replica = LedgerReplica(core.default_price_book(), core.LedgerConfig(window_s=3600))
     node = "node-a"
-    inventory = NodeInventory(
-        id=new_event_id(at=T0), at=T0, node=node, cpu_milli=64_000, memory_mib=512_000,
-        gpus=[GpuInfo(index=i, model="H100", mem_total_mib=81_920) for i in range(gpus)],
-    )  # fmt: skip
-    place = Placement(
-        id=new_event_id(at=T0), at=T0, job_id="j", tenant="acme", node=node, gpu_model="H100",
-        kind=PlacementKind.WHOLE, gpus=[GpuAssignment(index=0)],
-    )  # fmt: skip
-    out = replica.step(1, inventory, subject=telemetry.inventory(node))
-    out += replica.step(2, place, subject=slicing.subject("acme", "placement"))
+    inventory, place = one_node(node, gpus)
+    out = start(replica, inventory, place)
     inputs: list[object] = [inventory, place]
     seconds = [*range(batches), 3600, 3661]  # then the next window's, closing this one
     for seq, s in enumerate(seconds, start=3):
-        at = T0 + timedelta(seconds=s)
-        batch = GpuSampleBatch(
-            id=new_event_id(at=at), at=at, node=node,
-            gpus=[GpuSample(index=i, sm_active=0.5) for i in range(gpus)],
-        )  # fmt: skip
+        batch = sample_batch(node, gpus, T0 + timedelta(seconds=s))
         if s < 3600:
             inputs.append(batch)
         out += replica.step(seq, batch, subject=telemetry.sample(node))

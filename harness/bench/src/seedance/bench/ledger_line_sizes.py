@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from seedance.cost_ledger import core
 from seedance.cost_ledger.core.replica import MAX_OUTPUT_BYTES, LedgerReplica
@@ -28,10 +29,8 @@ T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 MAX_PAYLOAD = 1024 * 1024
 
 
-def largest_output(gpus: int, window_s: int, tick_s: float) -> tuple[int, str, int]:
-    """(bytes, line id) of the largest output of the first window, and its readings."""
-    replica = LedgerReplica(core.default_price_book(), core.LedgerConfig(window_s=window_s))
-    node = "node-a"
+def one_node(node: str, gpus: int) -> tuple[NodeInventory, Placement]:
+    """A node of ``gpus`` H100s and acme's whole placement on its GPU 0, both at ``T0``."""
     inventory = NodeInventory(
         id=new_event_id(at=T0), at=T0, node=node, cpu_milli=64_000, memory_mib=512_000,
         gpus=[GpuInfo(index=i, model="H100", mem_total_mib=81_920) for i in range(gpus)],
@@ -40,17 +39,31 @@ def largest_output(gpus: int, window_s: int, tick_s: float) -> tuple[int, str, i
         id=new_event_id(at=T0), at=T0, job_id="j", tenant="acme", node=node, gpu_model="H100",
         kind=PlacementKind.WHOLE, gpus=[GpuAssignment(index=0)],
     )  # fmt: skip
-    out = replica.step(1, inventory, subject=telemetry.inventory(node))
-    out += replica.step(2, place, subject=slicing.subject("acme", "placement"))
-    seq = 3
-    for k in range(int(window_s * 1.3 / tick_s)):
-        at = T0 + timedelta(seconds=k * tick_s)
-        batch = GpuSampleBatch(
-            id=new_event_id(at=at), at=at, node=node,
-            gpus=[GpuSample(index=i, sm_active=0.5) for i in range(gpus)],
-        )  # fmt: skip
+    return inventory, place
+
+
+def start(replica: LedgerReplica, inventory: NodeInventory, place: Placement) -> list[Any]:
+    """The replica's first two steps: the node's inventory, then the placement on it."""
+    out = replica.step(1, inventory, subject=telemetry.inventory(inventory.node))
+    return out + replica.step(2, place, subject=slicing.subject(place.tenant, "placement"))
+
+
+def sample_batch(node: str, gpus: int, at: datetime) -> GpuSampleBatch:
+    """One reading of each of the node's ``gpus`` GPUs at ``at``."""
+    return GpuSampleBatch(
+        id=new_event_id(at=at), at=at, node=node,
+        gpus=[GpuSample(index=i, sm_active=0.5) for i in range(gpus)],
+    )  # fmt: skip
+
+
+def largest_output(gpus: int, window_s: int, tick_s: float) -> tuple[int, str, int]:
+    """(bytes, line id) of the largest output of the first window, and its readings."""
+    replica = LedgerReplica(core.default_price_book(), core.LedgerConfig(window_s=window_s))
+    node = "node-a"
+    out = start(replica, *one_node(node, gpus))
+    for seq, k in enumerate(range(int(window_s * 1.3 / tick_s)), start=3):
+        batch = sample_batch(node, gpus, T0 + timedelta(seconds=k * tick_s))
         out += replica.step(seq, batch, subject=telemetry.sample(node))
-        seq += 1
     size, line = max((len(encode(p.event)), getattr(p.event, "line_id", "")) for p in out)
     return size, line, gpus * int(window_s / tick_s)
 
