@@ -401,11 +401,13 @@ def attribute(win: NodeWindow, pricing: Pricing) -> Attribution:
         rates = pricing.rates(model, tier)
         usage = GpuUsage.of(win.samples.get(g, _NO_SAMPLES))
         measured = _measured_ms(g, holders, win, pricing)
+        # Each batch that read this GPU, once: its holders' lines and its idle line list them.
+        batches = _batch_ids(usage, g) if usage.n else set()
         charged_total = _charge_holders(
-            out, g, holders, usage, model, rates, info, pricing, measured
+            out, g, holders, usage, batches, model, rates, info, pricing, measured
         )
         if info is not None and g < info.gpu_count:
-            _charge_gpu_idle(out, win, info, g, usage, charged_total, model, rates, pricing)
+            _charge_gpu_idle(out, win, info, usage, batches, charged_total, model, rates, pricing)
     if untouched and info is not None and node_model is not None:
         _charge_untouched(out, win, info, untouched, pricing.rates(node_model, tier))
     return out.rounded(pricing, tier)
@@ -495,6 +497,7 @@ def _charge_holders(
     gpu: int,
     holders: list[Holder],
     usage: GpuUsage,
+    batches: set[str],
     model: str,
     rates: _Rates,
     info: NodeInfo | None,
@@ -502,7 +505,8 @@ def _charge_holders(
     measured: list[Rational] | None = None,
 ) -> Rational:
     """Charge each holder of GPU ``gpu`` its share (``measured``: the GPU-time measured per
-    holder instead); returns the GPU-time charged in all."""
+    holder instead; ``batches``: the sample batches that read it); returns the GPU-time
+    charged in all."""
     W = pricing.window_ms
     shares = [f * t for _, f, t, _ in holders]
     allocated: Rational = sum(shares, 0)
@@ -527,7 +531,7 @@ def _charge_holders(
         sources = out.sources[key]
         if n:
             line.measured(usage.energy_mj * charged, usage.ppm_sum, n)
-            out.batches[key].update(_batch_ids(usage, gpu))
+            out.batches[key].update(batches)
         if tflop_den:
             if charged == charged_total:  # the GPU's only line: all of it
                 line.tflop_hours.add(tflop_num, tflop_den)
@@ -550,14 +554,15 @@ def _charge_gpu_idle(
     out: _LineSet,
     win: NodeWindow,
     info: NodeInfo,
-    gpu: int,
     usage: GpuUsage,
+    batches: set[str],
     charged_total: Rational,
     model: str,
     rates: _Rates,
     pricing: Pricing,
 ) -> None:
-    """The node's GPU-time on one GPU that no holder was charged: the idle line."""
+    """The node's GPU-time on one GPU that no holder was charged: the idle line
+    (``batches``: the sample batches that read the GPU)."""
     W = pricing.window_ms
     capacity = win.idle_ms(info)
     line = out.line(IDLE_KEY, "", model)
@@ -565,7 +570,7 @@ def _charge_gpu_idle(
     if usage.n:
         # energy · (1 - min(1, charged_total / W)); the / W is taken once per line
         line.measured(usage.energy_mj * (W - min(W, charged_total)), usage.ppm_sum, usage.n)
-        out.batches[IDLE_KEY].update(_batch_ids(usage, gpu))
+        out.batches[IDLE_KEY].update(batches)
     _idle_sources(out, win, info)
 
 
