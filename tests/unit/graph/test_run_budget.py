@@ -34,7 +34,7 @@ def test_a_compile_of_runs_each_under_the_run_bound_is_stopped_by_its_budget():
     assert model.ByteSize() < 400
     started = time.monotonic()
     with pytest.raises(RunBudgetExhausted) as caught:
-        compile_model(model, FP32, run_timeout_s=30, run_budget_s=1.0)
+        compile_model(model, FP32, run_timeout_s=30, budget=RunBudget(1.0))
     took_s = time.monotonic() - started
     text = str(caught.value)
     assert "the compile's run budget of 1 s is spent" in text, text

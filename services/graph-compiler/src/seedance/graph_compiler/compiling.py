@@ -28,16 +28,15 @@ def compile_model(
     measurer: Measurer | None = None,
     *,
     run_timeout_s: float | None = None,
-    run_budget_s: float | None = None,
     budget: RunBudget | None = None,
 ) -> CompileResult:
     """Compile ``model`` under ``policy`` (defaults: INT8, then FP16, then FP32, CPU target),
     choosing among the accepted candidates by their time on ``measurer``'s provider; see
     ``seedance.graph_compiler.core.compiler.compile_model``. Each in-process run of a model
     is stopped after ``run_timeout_s`` with ``ModelRunTimeout``, and all of them together draw
-    on ``run_budget_s`` (``RunBudgetExhausted`` once spent; or ``budget``, shared with the
-    measurer, which derives its children's bound from it). None: unbounded."""
-    sessions = OrtSessions(run_timeout_s, budget if budget is not None else RunBudget(run_budget_s))
+    on ``budget`` (``RunBudgetExhausted`` once spent; shared with the measurer, which derives
+    its children's bound from it). None: unbounded."""
+    sessions = OrtSessions(run_timeout_s, budget if budget is not None else RunBudget())
     return compiler.compile_model(
         model, policy, measurer, sessions=sessions, quantizer=OrtQuantizer()
     )
