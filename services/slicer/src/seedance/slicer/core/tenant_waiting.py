@@ -118,8 +118,9 @@ def retry(
     refusals: dict[str, int] = {}  # by tenant, with `alike`
     for h in ready:
         job = sched._jobs[h.job_id]
+        shape = alike(job) if alike is not None else None
         if alike is not None and (
-            alike(job) in refused or refusals.get(job.tenant, 0) >= REFUSED_PER_TENANT
+            shape in refused or refusals.get(job.tenant, 0) >= REFUSED_PER_TENANT
         ):
             continue
         sched._admission.drop(h.job_id)
@@ -130,7 +131,7 @@ def retry(
         if again is not None and again.reason == h.reason:
             effects = [e for e in effects if not isinstance(e, Waiting) or e.job is not job]
         if alike is not None and again is not None and again.reason in QUOTA_HELD:
-            refused.add(alike(job))
+            refused.add(shape)
             refusals[job.tenant] = refusals.get(job.tenant, 0) + 1
         out.extend(effects)
     return out
