@@ -11,11 +11,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 from urllib.parse import urlparse
 
+import nats
 from nats.aio.msg import Msg
 
 from seedance.core import Bus, BusSettings
+from seedance.core.barrier import flushed
+from seedance.testing.identities import password
 from seedance.testing.nats_proxy import pipe
 from seedance.testing.waits import eventually
 
@@ -135,3 +139,69 @@ async def test_subscribe_returns_once_the_server_holds_the_subscription(
         # Published from another connection right after: delivered.
         await bus.nc.publish(subject, b"plan")
         await eventually(lambda: got == [b"plan"], what="the message delivered")
+
+
+@contextlib.asynccontextmanager
+async def proxied_connection(
+    nats_url: str, subject: str
+) -> AsyncIterator[tuple[Any, HoldingProxy]]:
+    proxy = HoldingProxy(nats_url, subject)
+    await proxy.start()
+    try:
+        nc = await nats.connect(
+            proxy.url, name="test-admin", user="admin", password=password("admin")
+        )
+        try:
+            yield nc, proxy
+        finally:
+            await proxy.release()
+            await nc.close()
+    finally:
+        await proxy.stop()
+
+
+async def test_a_plain_flush_returns_while_the_server_has_not_read_the_sub(
+    nats_url: str, unique: str
+) -> None:
+    """The client defect `flushed` works around, pinned: when nats-py writes flush's PING
+    behind what it buffered, this fails, and `flushed` can become one flush again."""
+    subject = f"held.{unique}"
+    async with proxied_connection(nats_url, subject) as (nc, proxy):
+        await nc.subscribe(subject)
+        async with asyncio.timeout(10):
+            await nc.flush()  # answered: the PING went out ahead of the SUB
+        assert proxy.holding.is_set()
+        assert not proxy.ping_behind_the_sub
+
+
+async def test_flushed_returns_once_the_server_has_read_what_was_written_before_it(
+    nats_url: str, bus: Bus, unique: str
+) -> None:
+    """A raw connection's barrier (the tests' probes, the allocation API's request
+    subscription): `flushed` waits for the held SUB, and a message published from another
+    connection right after it is delivered."""
+    subject = f"held.{unique}"
+    async with proxied_connection(nats_url, subject) as (nc, proxy):
+        subs: list[Any] = []
+
+        async def subscribe_then_flushed() -> None:  # as a caller writes it: no await between
+            subs.append(await nc.subscribe(subject))
+            await flushed(nc)
+
+        flushing = asyncio.create_task(subscribe_then_flushed())
+        try:
+            await eventually(
+                lambda: flushing.done() or proxy.ping_behind_the_sub,
+                what="flushed returned or its PING queued behind the SUB",
+            )
+            assert not flushing.done(), "flushed returned before the server had the SUB"
+            await proxy.release()
+            async with asyncio.timeout(10):
+                await flushing
+        finally:
+            flushing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await flushing
+        await bus.nc.publish(subject, b"plan")
+        msg = await subs[0].next_msg(timeout=10)
+        assert msg.data == b"plan"

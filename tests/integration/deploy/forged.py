@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import nats.js.errors
 
 from seedance.core import Bus
+from seedance.core.barrier import flushed
 from seedance.testing.waits import eventually
 from tests.integration.deploy.refusals import ShippedUser
 
@@ -42,10 +43,10 @@ async def assert_lands_nowhere(
     before = {t: await last_stored(admin, *t) for t in targets}
     for _, target in targets:
         await user.nc.publish(subject, body, reply=target)
-    await user.nc.flush()
+    await flushed(user.nc)
     was = await last_stored(admin, f"KV_{LEASES}", CONTROL)
     await admin.nc.publish(subject, body, reply=CONTROL)
-    await admin.nc.flush()
+    await flushed(admin.nc)
 
     async def control_landed() -> bool:
         return await last_stored(admin, f"KV_{LEASES}", CONTROL) > was

@@ -29,6 +29,7 @@ from typing import Any
 import nats
 import pytest
 
+from seedance.core.barrier import flushed
 from seedance.events import nats_config
 from seedance.events.accounts import ACCOUNTS
 from seedance.events.nats_routes import ROUTE_PASSWORD_VAR, ROUTE_USER, ROUTES_VAR
@@ -147,7 +148,7 @@ async def test_only_the_clusters_own_servers_join_as_routes(
             ncs.append(admin)
             got: asyncio.Queue[Any] = asyncio.Queue()
             await admin.subscribe(PLACEMENT, cb=got.put)
-            await admin.flush()
+            await flushed(admin)
             await eventually(lambda: _knows_interest(pod0, PLACEMENT), timeout_s=10,
                              what="pod 0 told of the admin's interest on pod 1")  # fmt: skip
             await slicer.publish(PLACEMENT, b'{"job":"j1"}')
@@ -180,17 +181,17 @@ async def test_only_the_clusters_own_servers_join_as_routes(
             ncs.append(evil)
             stolen: asyncio.Queue[Any] = asyncio.Queue()
             await evil.subscribe("seedance.>", cb=stolen.put)
-            await evil.flush()
+            await flushed(evil)
             await evil.publish(PLACEMENT, b'{"forged":true}')
-            await evil.flush()
+            await flushed(evil)
             await slicer.publish(PLACEMENT, b'{"job":"j2"}')
             msg = await asyncio.wait_for(got.get(), 10)
             assert msg.data == b'{"job":"j2"}'  # the genuine one, not the rogue's forgery
-            await evil.flush()
+            await flushed(evil)
             # the rogue's own publish reaches its own subscriber only, never the slicer's
             seen = [stolen.get_nowait().data for _ in range(stolen.qsize())]
             assert seen == [b'{"forged":true}'], seen
-            await admin.flush()
+            await flushed(admin)
             assert got.empty(), got.get_nowait().data
         finally:
             for nc in ncs:

@@ -32,6 +32,7 @@ from nats.js import api as js_api
 
 from seedance.core import Bus, BusSettings
 from seedance.core.auth_callout import AuthCallout, TenantRegistry
+from seedance.core.barrier import flushed
 from seedance.core.reader import PullReader
 from seedance.core.xkeys import CurveKeyPair
 from seedance.events.node_permissions import TELEMETRY_REPLAYER, node_reader
@@ -292,7 +293,7 @@ async def test_a_mig_plan_the_slicer_publishes_reaches_the_node_agent(running: R
     try:
         plan = slicing.mig_plan(NODE)
         sub = await conn.nc.subscribe(plan)
-        await conn.nc.flush()
+        await flushed(conn.nc)
         ack = await slicer.js.publish(plan, b'{"plan": 1}')
         assert ack.stream
         msg = await sub.next_msg(timeout=5)
@@ -325,7 +326,7 @@ async def test_a_nodes_user_may_touch_no_other_nodes_reader(running: Running) ->
         answers = await conn.nc.subscribe(f"_INBOX.{NODE}-probes.*")
         for i, (subject, body) in enumerate(probes):
             await conn.nc.publish(subject, body, reply=f"_INBOX.{NODE}-probes.{i}")
-        await conn.nc.flush()
+        await flushed(conn.nc)
 
         def unrefused() -> list[str]:  # the server's refusals come by callback, each named
             said = "\n".join(conn.errors).lower()

@@ -29,6 +29,7 @@ import pytest_asyncio
 
 from seedance.core import Bus, BusSettings
 from seedance.core.auth_callout import AuthCallout, TenantRegistry, new_issuer
+from seedance.core.barrier import flushed
 from seedance.core.xkeys import new_curve_keys
 from seedance.events import nats_config, node_permissions, permissions
 from seedance.events.subjects import slicing, telemetry
@@ -133,7 +134,7 @@ async def refused_for(conn: Conn, node: str) -> None:
     }  # fmt: skip
     for subject in sorted(wanted):
         await conn.nc.publish(subject, b"{}")
-    await conn.nc.flush()
+    await flushed(conn.nc)
 
     async def all_refused() -> bool:
         return wanted <= conn.refused()
@@ -151,7 +152,7 @@ async def test_a_node_speaks_for_itself_and_is_refused_for_any_other_node(
         # Its MIG plans only: another node's are refused at subscribe.
         await conn.nc.subscribe(slicing.mig_plan(RUNTIME))
         await conn.nc.subscribe(slicing.mig_plan(OTHER))
-        await conn.nc.flush()
+        await flushed(conn.nc)
 
         async def sub_refused() -> bool:
             return any(

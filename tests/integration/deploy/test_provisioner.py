@@ -24,6 +24,7 @@ import pytest_asyncio
 from nats.js import api as js_api
 
 from seedance.core import Bus, BusSettings
+from seedance.core.barrier import flushed
 from seedance.events.provision_permissions import PROVISIONER, PROVISIONER_INBOX
 from seedance.events.subjects import (
     BUCKETS,
@@ -203,7 +204,7 @@ def _forbidden_requests() -> list[tuple[str, bytes]]:
 
 async def _subscription_refused(user: ShippedUser, subject: str) -> bool:
     await user.nc.subscribe(subject)
-    await user.nc.flush()
+    await flushed(user.nc)
 
     def named() -> bool:
         return any(

@@ -18,6 +18,7 @@ account (an operator, a service) still can.
 from __future__ import annotations
 
 from seedance.core import Bus
+from seedance.core.barrier import flushed
 from seedance.events.accounts import IMPORTED_REPLY_PREFIX
 from seedance.events.permissions import service_user
 from seedance.events.subjects import api, inbox_prefix
@@ -45,9 +46,9 @@ async def test_the_ledger_s_publish_deny_does_not_bound_its_responses(
             answered.append(msg.data)  # type: ignore[attr-defined]
 
         await ledger.nc.subscribe(api.allocation("acme"), cb=answer)
-        await ledger.nc.flush()
+        await flushed(ledger.nc)
         seen = await admin.nc.subscribe(DENIED)
-        await admin.nc.flush()
+        await flushed(admin.nc)
         # The same request, its reply forged onto DENIED, by a tenant and by an operator.
         await acme.nc.publish(api.allocation("acme"), b"the tenant", reply=DENIED)
         await admin.nc.publish(api.allocation("acme"), b"an operator", reply=DENIED)
@@ -57,8 +58,8 @@ async def test_the_ledger_s_publish_deny_does_not_bound_its_responses(
         assert asked[b"an operator"] == DENIED
         # Both answers are published once the ledger's flush returns, and whatever of them
         # reached the operator's subscription is queued there once the operator's does.
-        await ledger.nc.flush()
-        await admin.nc.flush()
+        await flushed(ledger.nc)
+        await flushed(admin.nc)
         got = await seen.next_msg(timeout=10)
         left = seen.pending_msgs
     finally:

@@ -25,6 +25,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from seedance.core import Bus, BusSettings
+from seedance.core.barrier import flushed
 from seedance.core.consumer import Delivery
 from seedance.core.kv import ensure_bucket
 from seedance.core.service import ServiceRuntime
@@ -138,7 +139,7 @@ async def _node_agent_reads_jobs(url: str) -> tuple[bool, list[bytes]]:
     admin = await _admin(url)
     try:
         sub = await agent.nc.subscribe(f"{STOLEN}.>")
-        await agent.nc.flush()
+        await flushed(agent.nc)
         name, config = _creates()[0]
         created = not await agent.refused(f"{JS}.STREAM.CREATE.{name}", json.dumps(config).encode())
         got: list[bytes] = []

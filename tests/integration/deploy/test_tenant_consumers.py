@@ -25,6 +25,7 @@ import pytest_asyncio
 
 from seedance.core import Bus, BusSettings
 from seedance.core.auth_callout import AuthCallout, TenantRegistry
+from seedance.core.barrier import flushed
 from seedance.core.xkeys import CurveKeyPair
 from seedance.events import new_event_id
 from seedance.events.cost import CostEntry
@@ -139,7 +140,7 @@ async def test_a_tenant_gets_only_its_own_consumer_names_on_a_stream_it_reads(
             await nc.publish(
                 consumer_create(stream, name, own), create_body(stream, name, own, deliver)
             )
-        await nc.flush()
+        await flushed(nc)
         await eventually(lambda: len(errors) >= HOSTILE_CREATES, 30, what="300 refusals")
         assert all("permissions violation" in e for e in errors)
         assert await tenants_consumers(server.url, stream, tenant) == []
@@ -157,7 +158,7 @@ async def test_a_tenant_gets_only_its_own_consumer_names_on_a_stream_it_reads(
         await nc.publish(
             consumer_create(stream, ninth, own), create_body(stream, ninth, own, deliver)
         )
-        await nc.flush()
+        await flushed(nc)
         await eventually(lambda: len(errors) > HOSTILE_CREATES, 10, what="the ninth refused")
         # a body naming another durable than the subject's name is refused by the server
         mismatch = await nc.request(

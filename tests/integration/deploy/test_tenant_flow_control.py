@@ -22,6 +22,7 @@ import pytest
 from nats.js import api as js_api
 
 from seedance.core import Bus
+from seedance.core.barrier import flushed
 from seedance.events.subjects import api, costs, deliver_prefix, inbox_prefix, tenant_consumers
 from seedance.testing.identities import as_user
 from seedance.testing.servers import NatsServer, shipped_auth_server
@@ -55,11 +56,11 @@ async def test_flow_control_a_tenant_floods_leaves_no_reply_mapping(server: Nats
     try:
         # the control: a service that hears and never answers keeps one mapping per request
         await admin.nc.subscribe(api.allocation(TENANT))
-        await admin.nc.flush()
+        await flushed(admin.nc)
         before = pending_replies(server)
         for _ in range(FLOOD):
             await acme.nc.publish(api.allocation(TENANT), b"{}", reply=f"{inbox_prefix(TENANT)}.x")
-        await acme.nc.flush()
+        await flushed(acme.nc)
         await eventually(lambda: pending_replies(server) >= before + FLOOD, 10.0)
 
         # flow control of the tenant's own consumer, which a consumer hears and never answers
@@ -85,7 +86,7 @@ async def test_flow_control_a_tenant_floods_leaves_no_reply_mapping(server: Nats
             await acme.nc.publish(
                 f"$JS.FC.{STREAM}.{name}.{i}", b"", reply=f"{inbox_prefix(TENANT)}.fc"
             )
-        await acme.nc.flush()
+        await flushed(acme.nc)
         # what the tenant sent after its flood has crossed, so the flood has too
         await acme.nc.request("$JS.API.INFO", b"", timeout=5)
         assert pending_replies(server) <= held

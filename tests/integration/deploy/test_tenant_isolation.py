@@ -28,6 +28,7 @@ from nats.js import api as js_api
 from nats.js.errors import NotFoundError
 
 from seedance.core import Bus
+from seedance.core.barrier import flushed
 from seedance.cost_ledger.core import LedgerConfig
 from seedance.events import new_event_id
 from seedance.events.cost import CostEntry, JobCostReport
@@ -229,7 +230,7 @@ async def test_other_tenant_is_refused_on_a_tenants_costs_and_jobs(
         # A's inbox and its consumers' deliveries: reading either directly is refused as well.
         await raw.subscribe(f"{inbox_prefix(TENANT_A)}.>")
         await raw.subscribe(f"{deliver_prefix(TENANT_A)}.>")
-        await raw.flush()
+        await flushed(raw)
         # The errors arrive through the client's callback: no event to wait on.
         await eventually(lambda: len(errors) >= 5, 10, what="five permission violations")
     finally:

@@ -35,6 +35,7 @@ from nats.js import api as js_api
 
 from seedance.core import Bus, BusSettings
 from seedance.core.auth_callout import AuthCallout, TenantRegistry, new_issuer
+from seedance.core.barrier import flushed
 from seedance.core.kv import ensure_bucket, ensure_object_store
 from seedance.core.xkeys import new_curve_keys
 from seedance.events import permissions
@@ -381,7 +382,7 @@ async def assert_all_refused(url: str, tenant: str) -> None:
     async with tenant_conn(url, tenant) as t:
         for s in subscribe_probes(tenant):
             await t.nc.subscribe(s)
-        await t.nc.flush()
+        await flushed(t.nc)
 
         def missing() -> list[str]:
             joined = "\n".join(t.errors).lower()

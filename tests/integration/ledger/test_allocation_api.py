@@ -20,6 +20,7 @@ from nats.js.errors import NotFoundError
 from prometheus_client import CollectorRegistry
 
 from seedance.core import Bus, BusSettings, ServiceRuntime
+from seedance.core.barrier import flushed
 from seedance.core.kv import ensure_bucket
 from seedance.cost_ledger import core
 from seedance.cost_ledger.allocation_api import AllocationApi
@@ -279,7 +280,7 @@ async def test_an_answer_goes_only_to_the_askers_own_inbox(auth_url: str, admin:
                 await acme.nc.publish(api.allocation("acme"), query, reply=reply)
             # anything but the asker's own inbox, an operator's fleet request's included
             await admin.nc.publish(api.allocation(None), query, reply=f"_INBOX_acme.{lease_key}")
-            await acme.nc.flush()
+            await flushed(acme.nc)
             own = await acme_sdk.allocation("30d", tenant="acme")
             async with await connect(auth_url, "admin") as op:  # under acme's inbox
                 asked_for_acme = await op.allocation("30d", tenant="acme")

@@ -23,6 +23,7 @@ from nats.js.errors import KeyNotFoundError
 from prometheus_client import CollectorRegistry
 
 from seedance.core import Bus, BusSettings
+from seedance.core.barrier import flushed
 from seedance.core.kv import ensure_bucket, live_keys
 from seedance.events import decode, encode, new_event_id
 from seedance.events.dlq import DeadLetter
@@ -335,7 +336,7 @@ async def test_a_tenant_cannot_publish_planner_observations(auth_url: str, uniqu
         subject = routing.observed(model, "default")
         # Core publish: the server drops what the tenant may not publish (and says so to it).
         await tenant.publish(subject, encode(event))
-        await tenant.flush()
+        await flushed(tenant)
         await router.publish(subject, replace_id(event))  # the router's own user may
         info = await admin.js.stream_info("SEEDANCE_ROUTING", subjects_filter=subject)
         assert info.state.subjects == {subject: 1}

@@ -26,6 +26,7 @@ from nats.js.errors import BadRequestError, NotFoundError
 from opentelemetry.context import Context
 
 from seedance.core import errors
+from seedance.core.barrier import flushed
 from seedance.core.clock import WALL_CLOCK, Clock
 from seedance.core.connect_watch import ConnectWatch, describe, who
 from seedance.core.drift import PROVISION_HINT, check_drift, stream_config
@@ -269,19 +270,10 @@ class Bus:
         self, subject: str, cb: Callable[[Msg], Awaitable[None]], *, queue: str = ""
     ) -> Subscription:
         """A core subscription that the server holds when this returns: a message published
-        after it, from any connection, is delivered to ``cb``.
-
-        ``subscribe(); flush()`` does not promise that with nats-py (2.16): ``flush`` writes its
-        PING to the socket at once, while the SUB waits in the client's buffer for its flusher
-        task, so the wire reads PING, SUB. The server can answer the PING before it reads the
-        SUB, and a message published meanwhile from another connection meets no subscription
-        (a node agent's MIG plan was lost so, about 1 run in 15 under load). The first flush
-        lets the flusher write the SUB (it runs before the PONG can be read); the second
-        flush's PING follows the SUB on the wire, so its PONG comes after the server holds it.
-        """
+        after it, from any connection, is delivered to ``cb`` (`flushed`: a plain flush after
+        the subscribe does not promise that with nats-py)."""
         sub = await self.nc.subscribe(subject, queue=queue, cb=cb)
-        await self.nc.flush()
-        await self.nc.flush()
+        await flushed(self.nc)
         return sub
 
     @property

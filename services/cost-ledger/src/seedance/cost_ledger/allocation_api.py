@@ -44,6 +44,7 @@ from nats.aio.msg import Msg
 from prometheus_client import Counter, Gauge
 
 from seedance.core import TRANSIENT_BUS_ERRORS, PullReader, ReaderInterrupted, ServiceRuntime
+from seedance.core.barrier import flushed
 from seedance.core.errors import ConsumerRefused
 from seedance.core.logs import get_logger
 from seedance.core.retry import RetryPolicy
@@ -214,7 +215,7 @@ class AllocationApi:
         attempt = 0
         while True:
             try:
-                await self._rt.bus.nc.flush()
+                await flushed(self._rt.bus.nc)
                 return
             except TRANSIENT_BUS_ERRORS as exc:
                 attempt += 1
