@@ -64,6 +64,11 @@ class MigPool:
     def is_waiting(self, key: str) -> bool:
         return any(h.job_id == key for h in self.waiting)
 
+    def waiting_count(self, tenant: str) -> int:
+        """How many of `tenant`'s jobs wait for an instance (a scan of `waiting`, which
+        keeps no count by tenant)."""
+        return sum(1 for h in self.waiting if h.job_id.startswith(f"{tenant}/"))
+
     def candidates(
         self,
         job: JobSpec,

@@ -75,11 +75,7 @@ def submit_refusal(sched: Scheduler, job: JobSpec) -> Refused | None:
     bound = sched.config.max_waiting_per_tenant
     if bound <= 0:
         return None
-    # queued (the queue counts them by tenant) and held, then waiting for a MIG instance
-    waiting = sched._queue._pending.by_tenant.get(job.tenant, 0)
-    waiting += sched._admission.held_count(job.tenant)
-    if waiting < bound:
-        waiting += sum(1 for h in sched._mig.waiting if h.job_id.startswith(f"{job.tenant}/"))
+    waiting = sched.waiting_count_of(job.tenant, bound)
     if waiting < bound:
         return None
     return Refused(

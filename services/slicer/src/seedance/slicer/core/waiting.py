@@ -15,8 +15,9 @@ left). The queue visits, in queue order, only the jobs that may not be dormant:
 * the jobs waiting longer than `reserve_after_s` (`matured_after`), while reservations are left.
 
 A dormant job visited anyway changes nothing, so an extra visit costs time, never a decision;
-a job that is not dormant must be visited: that is what this index keeps. It must not place,
-reserve or order anything itself (the order is the queue's: priority, then arrival).
+a job that is not dormant must be visited: that is what this index keeps. It also holds the
+queue's waiting jobs themselves (`Pending`, by id in `PendingJobs`, counted by tenant). It must
+not place, reserve or order anything itself (the order is the queue's: priority, then arrival).
 """
 
 from __future__ import annotations
@@ -24,11 +25,13 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import TypeVar
 
+from seedance.slicer.core.jobs import Job
 from seedance.slicer.core.model import PodRequest
 
-__all__ = ["Entry", "FailedShapes", "Order", "PendingJobs", "Shape", "WaitingIndex"]
+__all__ = ["Entry", "FailedShapes", "Order", "Pending", "PendingJobs", "Shape", "WaitingIndex"]
 
 #: A waiting job's place in the queue: (-priority, submitted_s, seq).
 Order = tuple[int, float, int]
@@ -42,6 +45,22 @@ V = TypeVar("V")
 
 #: How early a job counts as old enough to reserve (see `WaitingIndex.mature`).
 _EARLY_S = 1e-3
+
+
+@dataclass(slots=True)
+class Pending:
+    """A job waiting in the queue: when it was submitted, its arrival number, the reason it
+    waits (last published) and the nodes reserved for it."""
+
+    job: Job
+    submitted_s: float
+    seq: int
+    reason: str = ""
+    reserved: list[int] = field(default_factory=list)
+
+    @property
+    def order(self) -> Order:
+        return (-self.job.priority, self.submitted_s, self.seq)
 
 
 class PendingJobs(dict[str, V]):
