@@ -23,6 +23,7 @@ from seedance.slicer.core import (
     SchedulerConfig,
     Waiting,
 )
+from seedance.slicer.core.inputs import job_key, tenant_of
 
 TOO_MANY_WAITING = "too_many_waiting"  # the wire's RejectionReason
 
@@ -205,3 +206,11 @@ def test_jobs_waiting_for_a_mig_instance_count_against_the_bound() -> None:
     s.finish("acme", "a1", 5.0)  # a MIG job's end while it waited makes room
     assert s.waiting_count_of("acme") == 2
     assert [type(e) for e in s.submit(job("a4", "acme", mig_profile=whole), 6.0)] == [Waiting]
+
+
+def test_a_job_key_splits_back_into_its_tenant() -> None:
+    """`tenant_of` is `job_key`'s inverse for the tenant (the one parse every count by tenant
+    uses): a job id may hold a `/`, a tenant id never does."""
+    assert tenant_of(job_key("acme", "train/1")) == "acme"
+    assert tenant_of(job_key("acme-2", "x")) == "acme-2"
+    assert [tenant_of(job_key(t, "j")) for t in ("a", "ab")] == ["a", "ab"]

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from seedance.slicer.core.inputs import tenant_of
 from seedance.slicer.core.jobs import Job
 from seedance.slicer.core.model import PodRequest
 
@@ -74,13 +75,13 @@ class PendingJobs(dict[str, V]):
 
     def __setitem__(self, key: str, value: V) -> None:
         if key not in self:
-            tenant = key.partition("/")[0]
+            tenant = tenant_of(key)
             self.by_tenant[tenant] = self.by_tenant.get(tenant, 0) + 1
         super().__setitem__(key, value)
 
     def pop(self, key: str) -> V:  # type: ignore[override]  # the queue pops known ids only
         value = super().pop(key)
-        tenant = key.partition("/")[0]
+        tenant = tenant_of(key)
         if (left := self.by_tenant[tenant] - 1) > 0:
             self.by_tenant[tenant] = left
         else:
