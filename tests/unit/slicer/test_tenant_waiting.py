@@ -24,6 +24,8 @@ from seedance.slicer.core import (
     Waiting,
 )
 from seedance.slicer.core.inputs import job_key, tenant_of
+from seedance.slicer.core.snapshot import HeldJob
+from seedance.slicer.core.tenant_waiting import retry_order
 
 TOO_MANY_WAITING = "too_many_waiting"  # the wire's RejectionReason
 
@@ -214,3 +216,21 @@ def test_a_job_key_splits_back_into_its_tenant() -> None:
     assert tenant_of(job_key("acme", "train/1")) == "acme"
     assert tenant_of(job_key("acme-2", "x")) == "acme-2"
     assert [tenant_of(job_key(t, "j")) for t in ("a", "ab")] == ["a", "ab"]
+
+
+def test_waiting_jobs_are_tried_again_by_priority_then_submission_then_key() -> None:
+    """`retry_order`, the one order of the held jobs a release, an unpause or a fleet change
+    tries again and of the MIG jobs a pass tries: a total order, so every replica agrees."""
+    jobs = {
+        job_key("acme", j): job(j, "acme", priority=p) for j, p in [("a", 0), ("b", 0), ("c", 5)]
+    }
+    held = [
+        HeldJob(job_id=job_key("acme", "b"), reason="over_quota", submitted_s=1.0),
+        HeldJob(job_id=job_key("acme", "a"), reason="over_quota", submitted_s=1.0),
+        HeldJob(job_id=job_key("acme", "c"), reason="over_quota", submitted_s=9.0),
+    ]
+    assert [h.job_id for h in sorted(held, key=retry_order(jobs))] == [
+        "acme/c",  # the highest priority, though submitted last
+        "acme/a",  # then by submission, then by key
+        "acme/b",
+    ]

@@ -47,6 +47,7 @@ __all__ = [
     "freed_retry",
     "invalid_reason",
     "retry",
+    "retry_order",
     "shape_key",
     "submit_refusal",
 ]
@@ -96,8 +97,19 @@ def freed_retry(sched: Scheduler, tenant: str, freed: Mapping[str, int]) -> list
         for h in admission.held_of(member)
         if h.reason in QUOTA_HELD and _needs(jobs[h.job_id], freed)
     ]
-    ready.sort(key=lambda h: (-jobs[h.job_id].priority, h.submitted_s, h.job_id))
+    ready.sort(key=retry_order(jobs))
     return ready
+
+
+def retry_order(jobs: Mapping[str, JobSpec]) -> Callable[[HeldJob], tuple[int, float, str]]:
+    """The sort key of the order waiting jobs are tried again in (held ones on a release, an
+    unpause or a fleet change, MIG ones at every pass): priority (their `jobs` entry's, as
+    capped), then submission, then key, a total order so every replica tries them alike."""
+
+    def order(h: HeldJob) -> tuple[int, float, str]:
+        return (-jobs[h.job_id].priority, h.submitted_s, h.job_id)
+
+    return order
 
 
 def retry(
