@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING
 
 from seedance.events.jobs import request_problem
 from seedance.slicer.core.admission import counts_quota, quota_request
-from seedance.slicer.core.effects import Effect, Refused, Waiting
+from seedance.slicer.core.effects import QUOTA_HELD, Effect, Refused, Waiting
 from seedance.slicer.core.inputs import JobSpec
 from seedance.slicer.core.model import MAX_GPUS_PER_NODE
-from seedance.slicer.core.quota import RejectReason, usage_of
+from seedance.slicer.core.quota import usage_of
 from seedance.slicer.core.snapshot import HeldJob
 
 if TYPE_CHECKING:
@@ -58,12 +58,6 @@ TOO_MANY_WAITING = "too_many_waiting"
 #: A release re-checks at most this many of one tenant's request shapes that its quota still
 #: refuses; the tenant's later held jobs wait, unchecked, for the next release.
 REFUSED_PER_TENANT = 32
-
-#: The reasons a job is held for its quota: a release of quota may admit it.
-QUOTA_HELD = frozenset(
-    {r.value for r in RejectReason}
-    - {RejectReason.UNKNOWN_TENANT, RejectReason.INVALID_REQUEST, RejectReason.DUPLICATE_WORKLOAD}
-)
 
 
 def submit_refusal(sched: Scheduler, job: JobSpec) -> Refused | None:
