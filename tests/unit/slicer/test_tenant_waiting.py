@@ -23,6 +23,9 @@ from seedance.slicer.core import (
     SchedulerConfig,
     Waiting,
 )
+from seedance.slicer.core.inputs import job_key, tenant_of
+from seedance.slicer.core.snapshot import HeldJob
+from seedance.slicer.core.tenant_waiting import retry_order
 
 TOO_MANY_WAITING = "too_many_waiting"  # the wire's RejectionReason
 
@@ -180,3 +183,54 @@ def test_the_bound_counts_exactly_the_tenants_waiting_jobs_under_churn(
         else:
             s.set_paused(tenant, rng.random() < 0.5, float(step))
     assert refusals > 20  # the bound was reached, many times
+
+
+def test_jobs_waiting_for_a_mig_instance_count_against_the_bound() -> None:
+    """A tenant's MIG jobs waiting for an instance count as its queued and held ones do: the
+    scheduler's count of a tenant's waiting jobs (`waiting_count_of`, from the queue's, the
+    held jobs' and the MIG pool's public counts) is its share of `waiting_jobs`."""
+    s = Scheduler(SchedulerConfig(max_waiting_per_tenant=3))
+    gpu = GpuSpec(model="H100-80GB", mig_capable=True, mig_enabled=True)
+    s.upsert_node(NodeSpec(name="m1", cpu_milli=64_000, memory_mib=256_000, gpus=(gpu,)), 0)
+    whole = "7g.80gb"  # the GPU's one instance of this profile: the next such job waits
+    assert placed(s.submit(job("a0", "acme", mig_profile=whole), 1.0)) == ["a0"]
+    for jid, tenant in (("a1", "acme"), ("a2", "acme"), ("g1", "globex")):
+        (w,) = s.submit(job(jid, tenant, mig_profile=whole), 2.0)
+        assert isinstance(w, Waiting)
+        assert w.reason == "insufficient_mig_slices"
+    assert [s.waiting_count_of(t) for t in ("acme", "globex", "initech")] == [2, 1, 0]
+    assert s.submit(job("a3", "acme"), 3.0)  # a whole GPU: queued (its one GPU is in MIG mode)
+    assert s.waiting_count_of("acme") == 3
+    assert s.waiting_count_of("acme") == sum(1 for t, _ in s.waiting_jobs if t == "acme")
+    refused = s.submit(job("a4", "acme", mig_profile=whole), 4.0)
+    assert [(type(e), e.reason) for e in refused] == [(Refused, TOO_MANY_WAITING)]  # type: ignore[union-attr]
+    assert "'acme' has 3 jobs waiting" in refused[0].detail  # type: ignore[union-attr]
+    s.finish("acme", "a1", 5.0)  # a MIG job's end while it waited makes room
+    assert s.waiting_count_of("acme") == 2
+    assert [type(e) for e in s.submit(job("a4", "acme", mig_profile=whole), 6.0)] == [Waiting]
+
+
+def test_a_job_key_splits_back_into_its_tenant() -> None:
+    """`tenant_of` is `job_key`'s inverse for the tenant (the one parse every count by tenant
+    uses): a job id may hold a `/`, a tenant id never does."""
+    assert tenant_of(job_key("acme", "train/1")) == "acme"
+    assert tenant_of(job_key("acme-2", "x")) == "acme-2"
+    assert [tenant_of(job_key(t, "j")) for t in ("a", "ab")] == ["a", "ab"]
+
+
+def test_waiting_jobs_are_tried_again_by_priority_then_submission_then_key() -> None:
+    """`retry_order`, the one order of the held jobs a release, an unpause or a fleet change
+    tries again and of the MIG jobs a pass tries: a total order, so every replica agrees."""
+    jobs = {
+        job_key("acme", j): job(j, "acme", priority=p) for j, p in [("a", 0), ("b", 0), ("c", 5)]
+    }
+    held = [
+        HeldJob(job_id=job_key("acme", "b"), reason="over_quota", submitted_s=1.0),
+        HeldJob(job_id=job_key("acme", "a"), reason="over_quota", submitted_s=1.0),
+        HeldJob(job_id=job_key("acme", "c"), reason="over_quota", submitted_s=9.0),
+    ]
+    assert [h.job_id for h in sorted(held, key=retry_order(jobs))] == [
+        "acme/c",  # the highest priority, though submitted last
+        "acme/a",  # then by submission, then by key
+        "acme/b",
+    ]

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 
 import msgspec
 
-from seedance.slicer.core.inputs import JobSpec
+from seedance.slicer.core.inputs import JobSpec, tenant_of
 from seedance.slicer.core.quota import QuotaDecision, QuotaPolicy, QuotaRequest, QuotaTracker
 from seedance.slicer.core.snapshot import HeldJob
 
@@ -120,11 +120,11 @@ class Admission:
 
     def _put(self, h: HeldJob) -> None:
         self._held[h.job_id] = h
-        self._by_tenant.setdefault(h.job_id.split("/", 1)[0], {})[h.job_id] = None
+        self._by_tenant.setdefault(tenant_of(h.job_id), {})[h.job_id] = None
 
     def drop(self, key: str) -> None:
         if self._held.pop(key, None) is not None:
-            tenant = key.split("/", 1)[0]
+            tenant = tenant_of(key)
             keys = self._by_tenant[tenant]
             del keys[key]
             if not keys:

@@ -15,6 +15,7 @@ from seedance.slicer.core.inputs import JobSpec
 from seedance.slicer.core.quota import RejectReason
 
 __all__ = [
+    "QUOTA_HELD",
     "CapacityPlanned",
     "Effect",
     "Ended",
@@ -167,14 +168,20 @@ Effect = (
     | ShareSet
 )
 
-_QUOTA_REASONS = {r.value for r in RejectReason} - {"unknown_tenant", "invalid_request"}
+#: The reasons a job is held for its quota, published as `over_quota`, which a release of quota
+#: may cure (`core.tenant_waiting.freed_retry`): every refusal of the quota but the two refused
+#: at submit (`unknown_tenant`, `invalid_request`). `duplicate_workload` is among them and is
+#: never a held job's reason (a held job holds no quota for its key to be admitted twice).
+QUOTA_HELD = frozenset(
+    {r.value for r in RejectReason} - {RejectReason.UNKNOWN_TENANT, RejectReason.INVALID_REQUEST}
+)
 
 
 def published_reason(reason: str) -> str:
     """The `UnschedulableReason` value for a fine reason (closed sets on both sides)."""
     if reason in ("unknown_tenant", "invalid_request", "tenant_paused", "unsatisfiable"):
         return reason
-    if reason in _QUOTA_REASONS:
+    if reason in QUOTA_HELD:
         return "over_quota"
     if reason.endswith("no_allowed_gpu_model") or reason == "no_mig_profile":
         return "no_matching_gpu"

@@ -13,7 +13,7 @@ import msgspec
 
 from seedance.slicer.core.model import Node
 
-__all__ = ["NODE_STATES", "GpuSpec", "JobSpec", "NodeSpec", "core_node", "job_key"]
+__all__ = ["NODE_STATES", "GpuSpec", "JobSpec", "NodeSpec", "core_node", "job_key", "tenant_of"]
 
 #: A node's states, as the inventory names them (`seedance.events.telemetry.NodeState`).
 NODE_STATES = ("ready", "cordoned", "removed")
@@ -80,6 +80,11 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
 def job_key(tenant: str, job_id: str) -> str:
     """The state's key of a job: tenant ids never hold a `/`, so it splits back unambiguously."""
     return f"{tenant}/{job_id}"
+
+
+def tenant_of(key: str) -> str:
+    """The tenant of the job whose state key is `key` (`job_key`'s first part)."""
+    return key.partition("/")[0]
 
 
 def core_node(spec: NodeSpec, topology_levels: tuple[str, ...] = ()) -> Node:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import msgspec
 
 from seedance.slicer.core.effects import MigPlanned
-from seedance.slicer.core.inputs import JobSpec, NodeSpec
+from seedance.slicer.core.inputs import JobSpec, NodeSpec, tenant_of
 from seedance.slicer.core.mig import (
     MIG_PROFILES,
     GpuModel,
@@ -63,6 +63,11 @@ class MigPool:
 
     def is_waiting(self, key: str) -> bool:
         return any(h.job_id == key for h in self.waiting)
+
+    def waiting_count(self, tenant: str) -> int:
+        """How many of `tenant`'s jobs wait for an instance (a scan of `waiting`, which
+        keeps no count by tenant)."""
+        return sum(1 for h in self.waiting if tenant_of(h.job_id) == tenant)
 
     def candidates(
         self,

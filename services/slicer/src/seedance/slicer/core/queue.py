@@ -29,7 +29,6 @@ import bisect
 import dataclasses
 import heapq
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -48,7 +47,7 @@ from seedance.slicer.core.jobs import (
 from seedance.slicer.core.model import ClusterState, Node, NodeGpus, PodRequest, Rejection
 from seedance.slicer.core.policies import Policy
 from seedance.slicer.core.reservation import Reservations
-from seedance.slicer.core.waiting import Entry, FailedShapes, PendingJobs, WaitingIndex
+from seedance.slicer.core.waiting import Entry, FailedShapes, Pending, PendingJobs, WaitingIndex
 
 __all__ = [
     "Job",
@@ -61,19 +60,6 @@ __all__ = [
     "QueueDecision",
     "RunningRecord",
 ]
-
-
-@dataclass(slots=True)
-class _Pending:
-    job: Job
-    submitted_s: float
-    seq: int
-    reason: str = ""
-    reserved: list[int] = field(default_factory=list)
-
-    @property
-    def order(self) -> tuple[int, float, int]:
-        return (-self.job.priority, self.submitted_s, self.seq)
 
 
 class PlacementQueue:
@@ -89,7 +75,7 @@ class PlacementQueue:
         self.state = ClusterState(nodes)
         self.policy = policy
         self.config = config or QueueConfig()
-        self._pending: PendingJobs[_Pending] = PendingJobs()  # counted by tenant
+        self._pending: PendingJobs[Pending] = PendingJobs()  # counted by tenant
         self._order: list[tuple[tuple[int, float, int], str]] = []
         # Frozen records, kept as they are handed out: a running job's record does not change
         # until it ends or is preempted, so `running_records` builds none.
@@ -106,7 +92,7 @@ class PlacementQueue:
         self._waiting = WaitingIndex(self.config.reserve_after_s)
         # Jobs queued during a pass (preemption's victims): indexed at its end, so that the
         # pass does not visit them (as a pass over the queue it started with would not).
-        self._queued_in_pass: list[_Pending] | None = None
+        self._queued_in_pass: list[Pending] | None = None
         self._priorities: dict[int, int] = {}  # running jobs per priority, for preemption
         self._masked: set[tuple[int, int]] = set()
         # Jobs whose record (running or pending: reason, reservation) changed since
@@ -169,7 +155,7 @@ class PlacementQueue:
         for r in running:
             queue.adopt(r)
         for rec in pending:
-            pend = _Pending(rec.job, rec.submitted_s, rec.seq, rec.reason, list(rec.reserved))
+            pend = Pending(rec.job, rec.submitted_s, rec.seq, rec.reason, list(rec.reserved))
             queue._enqueue(pend)
             queue.reservations.hold(rec.reserved, rec.seq)
         queue._seq = seq
@@ -250,7 +236,7 @@ class PlacementQueue:
             raise ValueError(f"job {job.job_id} already known")
         if job.request.mig_profile is not None:
             raise ValueError(f"job {job.job_id}: MIG requests go to the MIG pool")
-        self._enqueue(_Pending(job, now_s, self._next_seq()))
+        self._enqueue(Pending(job, now_s, self._next_seq()))
 
     def finish(self, job_id: str, now_s: float) -> None:
         """A job ended (or was cancelled while waiting); unknown ids are ignored, so a
@@ -292,6 +278,11 @@ class PlacementQueue:
     @property
     def pending_count(self) -> int:
         return len(self._pending)
+
+    def pending_count_of(self, tenant: str) -> int:
+        """`tenant`'s share of `pending_count` (job ids are the scheduler's keys), counted as
+        jobs come and go: for the bound on a tenant's waiting jobs (`core.tenant_waiting`)."""
+        return self._pending.by_tenant.get(tenant, 0)
 
     @property
     def running_ids(self) -> list[str]:
@@ -376,7 +367,7 @@ class PlacementQueue:
 
     def _visit(
         self,
-        pend: _Pending,
+        pend: Pending,
         e: Entry,
         now_s: float,
         out: list[QueueDecision],
@@ -419,7 +410,7 @@ class PlacementQueue:
         self._seq += 1
         return self._seq
 
-    def _enqueue(self, pend: _Pending) -> None:
+    def _enqueue(self, pend: Pending) -> None:
         self._pending[pend.job.job_id] = pend
         self._touched.add(pend.job.job_id)
         if self._queued_in_pass is not None:
@@ -427,14 +418,14 @@ class PlacementQueue:
         else:
             self._index(pend)
 
-    def _index(self, pend: _Pending) -> None:
+    def _index(self, pend: Pending) -> None:
         job = pend.job
         bisect.insort(self._order, (pend.order, job.job_id))
         always = bool(pend.reserved) or (self.config.preemption and job.replicas > 1)
         shape = (job.request, job.replicas, job.priority, job.tenant)
         self._waiting.add(job.job_id, pend.order, shape, pend.submitted_s, always)
 
-    def _dequeue(self, job_id: str) -> _Pending:
+    def _dequeue(self, job_id: str) -> Pending:
         pend = self._pending.pop(job_id)
         self._touched.add(job_id)
         i = bisect.bisect_left(self._order, (pend.order, job_id))
@@ -459,7 +450,7 @@ class PlacementQueue:
         return (res,)
 
     def _place_preferring(
-        self, pend: _Pending, allowed: np.ndarray | None, now_s: float
+        self, pend: Pending, allowed: np.ndarray | None, now_s: float
     ) -> tuple[NodeGpus, ...] | Rejection:
         """`_place_gang`, first on GPUs all of whose allocations ended by the job's date (a
         report of the past keeps it there), else anywhere (`Scheduler.publish_at_s`)."""
@@ -473,7 +464,7 @@ class PlacementQueue:
             self.state.touch(n)
         return self._place_gang(pend.job, allowed) if late and isinstance(res, Rejection) else res
 
-    def _try_place(self, pend: _Pending, now_s: float, out: list[QueueDecision]) -> bool:
+    def _try_place(self, pend: Pending, now_s: float, out: list[QueueDecision]) -> bool:
         job = pend.job
         res = self._place_preferring(pend, self.reservations.allowed_for(pend.seq), now_s)
         if isinstance(res, Rejection) and self.config.preemption:
@@ -528,7 +519,7 @@ class PlacementQueue:
     def _has_lower(self, job: Job) -> bool:
         return any(p < job.priority for p in self._priorities)
 
-    def _maybe_reserve(self, pend: _Pending, now_s: float) -> None:
+    def _maybe_reserve(self, pend: Pending, now_s: float) -> None:
         """Reserve nodes for a job blocked too long (`core.reservation`)."""
         cfg = self.config
         if pend.reserved or now_s - pend.submitted_s < cfg.reserve_after_s:
@@ -544,7 +535,7 @@ class PlacementQueue:
         self._touched.add(job.job_id)
 
     def _reclaim_for_gang(
-        self, pend: _Pending, now_s: float, out: list[QueueDecision]
+        self, pend: Pending, now_s: float, out: list[QueueDecision]
     ) -> tuple[NodeGpus, ...] | Rejection:
         """Evict what `may_evict` allows (its tenant's lower-priority work, its cohort's
         borrowers) on the fewest nodes of one group that then holds the whole gang."""
@@ -567,7 +558,7 @@ class PlacementQueue:
         return res
 
     def _preempt_for(
-        self, pend: _Pending, now_s: float, out: list[QueueDecision]
+        self, pend: Pending, now_s: float, out: list[QueueDecision]
     ) -> tuple[NodeGpus, ...] | Rejection:
         """Evict lower-priority jobs from the one node where that frees the job's request
         with the least evicted GPU share (a single pod; a gang reclaims instead)."""
@@ -590,7 +581,7 @@ class PlacementQueue:
         reason = "priority" if run.job.tenant == by.tenant else "quota_reclaim"
         gpus = tuple((p.node, g) for p in run.placements for g in p.gpus)
         out.append(JobPreempted(victim_id, by.job_id, now_s, n, reason, gpus))
-        self._enqueue(_Pending(run.job, run.submitted_s, run.seq))
+        self._enqueue(Pending(run.job, run.submitted_s, run.seq))
 
     def _runs_on(self, n: int) -> Iterator[RunningRecord]:
         return (self._running[j] for j in self._on_node[n])

@@ -64,6 +64,7 @@ from seedance.slicer.core.state import SchedulerState
 from seedance.slicer.core.tenant_waiting import (
     freed_retry,
     retry,
+    retry_order,
     shape_key,
     submit_refusal,
 )
@@ -423,10 +424,7 @@ class Scheduler(SchedulerState):
             self._queue.finish(key, now_s)
 
     def _retry_held(self, now_s: float, which: Callable[[HeldJob], bool]) -> list[Effect]:
-        ready = sorted(
-            (h for h in self._admission.held if which(h)),
-            key=lambda h: (-self._jobs[h.job_id].priority, h.submitted_s, h.job_id),
-        )
+        ready = sorted((h for h in self._admission.held if which(h)), key=retry_order(self._jobs))
         return retry(self, ready, now_s)
 
     def _hold(
@@ -487,11 +485,7 @@ class Scheduler(SchedulerState):
     # -- MIG --------------------------------------------------------------------------------
     def _mig_pass(self) -> list[Effect]:
         out: list[Effect] = []
-        queue = sorted(
-            self._mig.waiting,
-            key=lambda h: (-self._jobs[h.job_id].priority, h.submitted_s, h.job_id),
-        )
-        for h in queue:
+        for h in sorted(self._mig.waiting, key=retry_order(self._jobs)):
             job = self._jobs[h.job_id]
             res = self._mig_place(job, out)
             if isinstance(res, str):

@@ -498,6 +498,15 @@ class SchedulerState:
         """How many jobs wait (queued, for MIG, or not admitted): `len(waiting_jobs)`, cheaply."""
         return self._queue.pending_count + len(self._mig.waiting) + len(self._admission.held)
 
+    def waiting_count_of(self, tenant: str, bound: int | None = None) -> int:
+        """`tenant`'s share of `waiting_count`: its queued and held-back jobs, then its jobs
+        waiting for a MIG instance (a scan), left out once the first two reach `bound` (the
+        count a refusal past the bound names: `core.tenant_waiting.submit_refusal`)."""
+        count = self._queue.pending_count_of(tenant) + self._admission.held_count(tenant)
+        if bound is None or count < bound:
+            count += self._mig.waiting_count(tenant)
+        return count
+
     def allocated_gpus(self) -> float:
         """GPUs held by running work: shares summed, MIG instances as compute slices / 7."""
         total = self._queue.held_milli / 1000

@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING
 
 from seedance.events.jobs import request_problem
 from seedance.slicer.core.admission import counts_quota, quota_request
-from seedance.slicer.core.effects import Effect, Refused, Waiting
+from seedance.slicer.core.effects import QUOTA_HELD, Effect, Refused, Waiting
 from seedance.slicer.core.inputs import JobSpec
 from seedance.slicer.core.model import MAX_GPUS_PER_NODE
-from seedance.slicer.core.quota import RejectReason, usage_of
+from seedance.slicer.core.quota import usage_of
 from seedance.slicer.core.snapshot import HeldJob
 
 if TYPE_CHECKING:
@@ -47,6 +47,7 @@ __all__ = [
     "freed_retry",
     "invalid_reason",
     "retry",
+    "retry_order",
     "shape_key",
     "submit_refusal",
 ]
@@ -57,12 +58,6 @@ TOO_MANY_WAITING = "too_many_waiting"
 #: A release re-checks at most this many of one tenant's request shapes that its quota still
 #: refuses; the tenant's later held jobs wait, unchecked, for the next release.
 REFUSED_PER_TENANT = 32
-
-#: The reasons a job is held for its quota: a release of quota may admit it.
-QUOTA_HELD = frozenset(
-    {r.value for r in RejectReason}
-    - {RejectReason.UNKNOWN_TENANT, RejectReason.INVALID_REQUEST, RejectReason.DUPLICATE_WORKLOAD}
-)
 
 
 def submit_refusal(sched: Scheduler, job: JobSpec) -> Refused | None:
@@ -75,11 +70,7 @@ def submit_refusal(sched: Scheduler, job: JobSpec) -> Refused | None:
     bound = sched.config.max_waiting_per_tenant
     if bound <= 0:
         return None
-    # queued (the queue counts them by tenant) and held, then waiting for a MIG instance
-    waiting = sched._queue._pending.by_tenant.get(job.tenant, 0)
-    waiting += sched._admission.held_count(job.tenant)
-    if waiting < bound:
-        waiting += sum(1 for h in sched._mig.waiting if h.job_id.startswith(f"{job.tenant}/"))
+    waiting = sched.waiting_count_of(job.tenant, bound)
     if waiting < bound:
         return None
     return Refused(
@@ -100,8 +91,19 @@ def freed_retry(sched: Scheduler, tenant: str, freed: Mapping[str, int]) -> list
         for h in admission.held_of(member)
         if h.reason in QUOTA_HELD and _needs(jobs[h.job_id], freed)
     ]
-    ready.sort(key=lambda h: (-jobs[h.job_id].priority, h.submitted_s, h.job_id))
+    ready.sort(key=retry_order(jobs))
     return ready
+
+
+def retry_order(jobs: Mapping[str, JobSpec]) -> Callable[[HeldJob], tuple[int, float, str]]:
+    """The sort key of the order waiting jobs are tried again in (held ones on a release, an
+    unpause or a fleet change, MIG ones at every pass): priority (their `jobs` entry's, as
+    capped), then submission, then key, a total order so every replica tries them alike."""
+
+    def order(h: HeldJob) -> tuple[int, float, str]:
+        return (-jobs[h.job_id].priority, h.submitted_s, h.job_id)
+
+    return order
 
 
 def retry(

@@ -15,8 +15,9 @@ left). The queue visits, in queue order, only the jobs that may not be dormant:
 * the jobs waiting longer than `reserve_after_s` (`matured_after`), while reservations are left.
 
 A dormant job visited anyway changes nothing, so an extra visit costs time, never a decision;
-a job that is not dormant must be visited: that is what this index keeps. It must not place,
-reserve or order anything itself (the order is the queue's: priority, then arrival).
+a job that is not dormant must be visited: that is what this index keeps. It also holds the
+queue's waiting jobs themselves (`Pending`, by id in `PendingJobs`, counted by tenant). It must
+not place, reserve or order anything itself (the order is the queue's: priority, then arrival).
 """
 
 from __future__ import annotations
@@ -24,11 +25,14 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import TypeVar
 
+from seedance.slicer.core.inputs import tenant_of
+from seedance.slicer.core.jobs import Job
 from seedance.slicer.core.model import PodRequest
 
-__all__ = ["Entry", "FailedShapes", "Order", "PendingJobs", "Shape", "WaitingIndex"]
+__all__ = ["Entry", "FailedShapes", "Order", "Pending", "PendingJobs", "Shape", "WaitingIndex"]
 
 #: A waiting job's place in the queue: (-priority, submitted_s, seq).
 Order = tuple[int, float, int]
@@ -44,6 +48,22 @@ V = TypeVar("V")
 _EARLY_S = 1e-3
 
 
+@dataclass(slots=True)
+class Pending:
+    """A job waiting in the queue: when it was submitted, its arrival number, the reason it
+    waits (last published) and the nodes reserved for it."""
+
+    job: Job
+    submitted_s: float
+    seq: int
+    reason: str = ""
+    reserved: list[int] = field(default_factory=list)
+
+    @property
+    def order(self) -> Order:
+        return (-self.job.priority, self.submitted_s, self.seq)
+
+
 class PendingJobs(dict[str, V]):
     """The queue's waiting jobs by id, with how many each tenant has (`by_tenant`: a job id is
     the scheduler's key, `<tenant>/<job id>`), for the bound on a tenant's waiting jobs
@@ -55,13 +75,13 @@ class PendingJobs(dict[str, V]):
 
     def __setitem__(self, key: str, value: V) -> None:
         if key not in self:
-            tenant = key.partition("/")[0]
+            tenant = tenant_of(key)
             self.by_tenant[tenant] = self.by_tenant.get(tenant, 0) + 1
         super().__setitem__(key, value)
 
     def pop(self, key: str) -> V:  # type: ignore[override]  # the queue pops known ids only
         value = super().pop(key)
-        tenant = key.partition("/")[0]
+        tenant = tenant_of(key)
         if (left := self.by_tenant[tenant] - 1) > 0:
             self.by_tenant[tenant] = left
         else:
