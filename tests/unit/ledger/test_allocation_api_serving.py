@@ -70,7 +70,7 @@ async def test_an_unanswered_flush_is_retried_and_serving_is_set_once_one_is_ans
     api._follow = followed  # type: ignore[method-assign]
     with contextlib.suppress(asyncio.CancelledError):
         await rt.loops[0]()
-    assert nc.flushes == 3
+    assert nc.flushes == 2 + 2  # two unanswered, then the barrier's two (`flushed`)
     assert len(rt.bus.clock.slept) == 2
     assert serving_seen == [True]
     assert not api.serving.is_set()  # cleared when serving ended
