@@ -147,6 +147,7 @@ def test_every_rendered_object_validates_against_its_schema(
     assert {name for _kind, name in node} <= {
         "node-agent", "node-agent-metrics", "seedance-nats-passwords", "default-deny-ingress",
         "metrics-from-monitoring", "telemetry-collector", "telemetry-collector-metrics",
+        "default-deny-egress", "egress-dns", "egress-nats-client", "egress-api-server",
     }  # fmt: skip
     assert ("DaemonSet", "node-agent") in node
     if overlay == "prod":  # dev runs no collector (no GPU for NVML to read)
