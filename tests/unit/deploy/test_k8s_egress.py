@@ -13,6 +13,7 @@ pod's metrics port and, without RBAC, the API server are not.
 from __future__ import annotations
 
 import itertools
+import re
 import urllib.parse
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -106,13 +107,16 @@ def through_service(
     (``svc``, ``svc.ns``, ``svc.ns.svc[.cluster.local]``, or a StatefulSet pod's
     ``pod.svc``) seen from ``from_ns``, as kube-proxy sends a connection there."""
     parts = host.split(".")
-    if parts[0].startswith("nats-") and parts[0][-1].isdigit():  # a StatefulSet pod's name
-        parts = parts[1:]  # (any of the Service's pods: they all take the same rules)
+    headless = {
+        s["metadata"]["name"] for s in by_kind_all(docs, "Service")
+        if s["spec"].get("clusterIP") == "None"
+    }  # fmt: skip
+    if len(parts) > 1 and parts[1] in headless and re.fullmatch(r".+-\d+", parts[0]):
+        parts = parts[1:]  # a StatefulSet pod's name: its pods all take the same rules
     svc_name, ns = parts[0], parts[1] if len(parts) > 1 else from_ns
     (svc,) = [
-        d for d in docs
-        if d["kind"] == "Service" and d["metadata"]["name"] == svc_name
-        and d["metadata"]["namespace"] == ns
+        d for d in by_kind_all(docs, "Service")
+        if d["metadata"]["name"] == svc_name and d["metadata"]["namespace"] == ns
     ]  # fmt: skip
     (svc_port,) = [p for p in svc["spec"]["ports"] if p["port"] == port]
     found = False
