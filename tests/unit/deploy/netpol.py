@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Destination", "Source", "egress_allowed", "selects"]
+__all__ = ["Destination", "Source", "egress_allowed", "policy_types", "selects"]
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,8 @@ def selects(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bo
     return True
 
 
-def _policy_types(spec: Mapping[str, Any]) -> list[str]:
+def policy_types(spec: Mapping[str, Any]) -> list[str]:
+    """The types a policy applies to, as the API server defaults them."""
     if "policyTypes" in spec:
         return list(spec["policyTypes"])
     return ["Ingress", *(["Egress"] if spec.get("egress") else [])]
@@ -135,7 +136,7 @@ def egress_allowed(
         for p in policies
         if p["metadata"]["namespace"] == src.namespace
         and selects(p["spec"]["podSelector"], src.labels)
-        and "Egress" in _policy_types(p["spec"])
+        and "Egress" in policy_types(p["spec"])
     ]
     if not applying:
         return True

@@ -1,5 +1,5 @@
-"""deploy/k8s egress: every pod the overlays render reaches what it connects to and nothing else
-(base/networkpolicies-egress.yaml, dashboard/networkpolicy.yaml).
+"""deploy/k8s egress: with the opt-in component components/egress-policies, every pod the
+overlays render reaches what it connects to and nothing else; without it, no policy limits egress.
 
 Each pod's needs are read from the rendered manifests where they say them (NATS_URL and
 NATS_ROUTES resolved through the Services to the pods' container ports, the router's fallback
@@ -25,17 +25,23 @@ import yaml
 
 from seedance.graph_compiler.settings import GraphCompilerSettings
 from seedance.router.settings import parse_replicas
-from tests.unit.deploy.netpol import Destination, Source, egress_allowed, selects
+from tests.unit.deploy.netpol import Destination, Source, egress_allowed, policy_types, selects
 from tests.unit.deploy.test_k8s import COMPONENTS, K8S, OVERLAYS, by_kind, errors_of, render
 
-#: Both overlays alone, with every optional component, and with the agent's own MIG mode (it
-#: cannot go with mig-manager, so not in COMPONENTS).
+EGRESS = "egress-policies"
+#: Both overlays with the egress component: alone, with every other optional component (all of
+#: COMPONENTS), and with the agent's own MIG mode (it cannot go with mig-manager, so not in
+#: COMPONENTS).
 RENDERS = [
-    (o, c) for o in OVERLAYS for c in [(), COMPONENTS, ("agent-mig",)]
+    (o, c) for o in OVERLAYS for c in [(EGRESS,), COMPONENTS, ("agent-mig", EGRESS)]
 ]  # fmt: skip
-RENDER_IDS = [f"{o}-{'+'.join(c) or 'plain'}" for o, c in RENDERS]
+RENDER_IDS = [f"{o}-{'+'.join(c)}" for o, c in RENDERS]
 
 METADATA = "169.254.169.254"
+#: NodeLocal DNSCache's default listen address (a hostNetwork pod on every node), and its
+#: metrics port.
+NODE_LOCAL_DNS = "169.254.20.10"
+NODE_LOCAL_DNS_METRICS = 9253
 #: The API server as a pod meets it behind the `kubernetes` Service: an endpoint on a private
 #: address (kubeadm's 6443, a managed control plane's 443) or a public one.
 API_PRIVATE = [("10.0.0.5", 6443), ("172.20.0.1", 443)]
@@ -173,7 +179,11 @@ Need = tuple[str, Destination, int, str]
 
 def needs(docs: tuple[dict[str, Any], ...], pod: Pod) -> list[Need]:
     """What ``pod`` connects to: (why, destination, port, protocol)."""
-    out = [("dns", kube_dns(), 53, "UDP"), ("dns", kube_dns(), 53, "TCP")]
+    out = [
+        (why, dst, 53, proto)
+        for why, dst in [("dns", kube_dns()), ("node-local dns", Destination(NODE_LOCAL_DNS))]
+        for proto in ("UDP", "TCP")
+    ]
     env = pod.env()
     out += _nats(docs, pod, env)
     if api_bound(docs, pod):
@@ -254,6 +264,7 @@ def forbidden(docs: tuple[dict[str, Any], ...], pod: Pod) -> list[tuple[str, Des
     """What ``pod`` may not reach: the metadata endpoint, every other pod's metrics or
     monitoring port, the API server unless bound, private addresses for model fetches."""
     out = [("cloud metadata", Destination(METADATA), p) for p in (80, 443)]
+    out.append(("node-local dns metrics", Destination(NODE_LOCAL_DNS), NODE_LOCAL_DNS_METRICS))
     for other in pods(docs):
         if other.name == pod.name and other.namespace == pod.namespace:
             continue
@@ -297,11 +308,29 @@ def test_no_pod_reaches_metadata_metrics_or_an_api_it_has_no_rbac_for(
     ]
     assert not reached
     # Every namespace a pod lands in denies egress by default, so a pod no allow policy selects
-    # (one an operator adds there) reaches nothing but DNS.
+    # (one an operator adds there) reaches nothing but DNS; by a policy of its own, not by
+    # egress-dns's selecting every pod, which a patch narrowing it would undo.
     for ns in {pod.namespace for pod in pods(docs)}:
+        assert [
+            p for p in policies
+            if p["metadata"]["namespace"] == ns and p["spec"]["podSelector"] == {}
+            and policy_types(p["spec"]) == ["Egress"] and not p["spec"].get("egress")
+        ], f"{ns} has no default-deny egress policy"  # fmt: skip
         stranger = Source(ns, {"app": "stranger"})
         assert not egress_allowed(policies, stranger, Destination(METADATA), 80)
         assert egress_allowed(policies, stranger, kube_dns(), 53, "UDP")
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_without_the_component_no_policy_limits_egress(overlay: str) -> None:
+    """The opt-in is real: an overlay alone, or with every other component, renders no Egress
+    policy (the dashboard's none either), so a cluster whose DNS, replicas or Grafana the
+    component's assumptions miss loses nothing on an upgrade that does not add it."""
+    for components in [(), tuple(c for c in COMPONENTS if c != EGRESS)]:
+        docs = render(overlay, components)
+        policies = list(by_kind_all(docs, "NetworkPolicy"))
+        assert {p["metadata"]["name"] for p in policies} >= {"default-deny-ingress", "grafana"}
+        assert not [p["metadata"]["name"] for p in policies if "Egress" in policy_types(p["spec"])]
 
 
 def test_only_the_api_callers_are_bound_and_the_rest_reach_no_api_server() -> None:
