@@ -61,7 +61,10 @@ CLUSTER_SCOPED = frozenset(
 
 
 #: The optional components (deploy/k8s/components), each needing what a cluster may lack.
-COMPONENTS = ("keda", "servicemonitor", "nvidia-runtime", "mig-manager", "per-node-credentials")
+COMPONENTS = (
+    "keda", "servicemonitor", "nvidia-runtime", "mig-manager", "per-node-credentials",
+    "egress-policies",
+)  # fmt: skip
 #: Where a node's agents run, the node agent (Pod Security `privileged`) and the telemetry
 #: collector; everything else is in seedance-system.
 NODE_NAMESPACE = "seedance-node"
@@ -143,10 +146,11 @@ def test_every_rendered_object_validates_against_its_schema(
     where = {(d["kind"], d["metadata"]["name"]): d["metadata"].get("namespace") for d in namespaced}
     node = {k for k, ns in where.items() if ns == NODE_NAMESPACE}
     # The node's agents' objects alone are in their namespace (the mig-manager component's in
-    # the GPU operator's); the rest in seedance-system.
+    # the GPU operator's; egress-policies' node policies in theirs); the rest in seedance-system.
     assert {name for _kind, name in node} <= {
         "node-agent", "node-agent-metrics", "seedance-nats-passwords", "default-deny-ingress",
         "metrics-from-monitoring", "telemetry-collector", "telemetry-collector-metrics",
+        "default-deny-egress", "egress-dns", "egress-nats-client", "egress-api-server",
     }  # fmt: skip
     assert ("DaemonSet", "node-agent") in node
     if overlay == "prod":  # dev runs no collector (no GPU for NVML to read)
