@@ -133,6 +133,7 @@ def test_a_misfit_says_why() -> None:
     assert identify("NVIDIA A30 MIG 7g.24gb").mig_misfit == "7 of 4 compute slices"
     assert identify("NVIDIA RTX A6000 MIG 1g.6gb").mig_misfit == "RTX-A6000-48GB has no MIG"
     assert identify("GPU-series-1 MIG 8g.80gb").mig_misfit == "8 of 7 compute slices"
+    assert identify("GPU-series-1 MIG 1g.0gb").mig_misfit == "no memory"
     assert identify("NVIDIA B200 MIG 1g.500gb").mig_misfit == (
         "500 GB is no eighth of B200-SXM-180GB's 180"
     )

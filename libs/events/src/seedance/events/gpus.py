@@ -470,8 +470,10 @@ class MigName:
         slices = mig_compute_slices(gpu)
         if gpu is not None and not gpu.mig_capable:
             return f"{gpu.model} has no MIG"
-        if not 1 <= g <= slices or self.memory_gb < 1:
+        if not 1 <= g <= slices:
             return f"{g} of {slices} compute slices"
+        if self.memory_gb < 1:
+            return "no memory"
         if gpu is None:
             return None
         if gpu.mig_profiles:
