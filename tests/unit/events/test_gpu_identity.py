@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from seedance.events import gpus
-from seedance.events.gpus import canonical_model, identify, match_models
+from seedance.events import gpu_requests, gpus
+from seedance.events.gpu_requests import match_models
+from seedance.events.gpus import canonical_model, identify
 from tests.fixtures.gpu_names.corpus import CORPUS
 
 KNOWN = [e for e in CORPUS if e.model != "unknown"]
@@ -96,15 +97,97 @@ def test_a_compute_instance_names_its_gpu_instance_and_keeps_its_slices() -> Non
         "NVIDIA RTX A6000 MIG 1g.6gb",
         "NVIDIA GeForce RTX 4090 MIG 1g.5gb",
         "NVIDIA-T4-MIG-1g.4gb",
+        # a profile its GPU's published table lacks (the 80 GB A100's whole GPU is 7g.80gb,
+        # the 40 GB's 7g.40gb; "-me" and "+gfx" are the RTX PRO 6000 Blackwell's)
+        "NVIDIA A100-SXM4-80GB MIG 7g.10gb",
+        "NVIDIA A100-SXM4-40GB MIG 7g.80gb",
+        "NVIDIA H100 80GB HBM3 MIG 1g.18gb",
+        "NVIDIA H200 MIG 1g.10gb",
+        "NVIDIA A30 MIG 3g.12gb",
+        "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb-me",
+        "NVIDIA H100 NVL MIG 1g.12gb+gfx",
+        # no name NVIDIA writes: a leading zero, an engine suffix it has not
+        "NVIDIA A100-SXM4-80GB MIG 07g.80gb",
+        "NVIDIA A100-SXM4-80GB MIG 1g.10gb+foo",
+        "NVIDIA A100-SXM4-80GB MIG 1g.10gb-gfx",
     ],
 )
 def test_a_mig_device_no_gpu_can_hold_is_unknown(name: str) -> None:
     got = identify(name)
     assert got.identity is None
-    assert (got.mig_profile, got.ci_slices, got.model) == (None, None, name)
+    assert (got.mig_profile, got.ci_slices, got.mig_device, got.model) == (None, None, None, name)
     assert canonical_model(name) == name
     assert got.compute_instance == ("c." in name)
     assert got.mig_named
+    assert got.mig_misfit
+
+
+def test_a_misfit_says_why() -> None:
+    assert identify("NVIDIA A100-SXM4-80GB MIG 7g.10gb").mig_misfit == (
+        "no GPU instance 7g.10gb on A100-SXM4-80GB (NVIDIA's: 1g.10gb, 1g.10gb+me, 1g.20gb, "
+        "2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb)"
+    )
+    assert identify("NVIDIA A100-SXM4-40GB MIG 3c.3g.20gb").mig_misfit == (
+        "a 3g instance has no 3c (one of all its slices is named 3g.20gb)"
+    )
+    assert identify("NVIDIA A30 MIG 7g.24gb").mig_misfit == "7 of 4 compute slices"
+    assert identify("NVIDIA RTX A6000 MIG 1g.6gb").mig_misfit == "RTX-A6000-48GB has no MIG"
+    assert identify("GPU-series-1 MIG 8g.80gb").mig_misfit == "8 of 7 compute slices"
+    assert identify("GPU-series-1 MIG 1g.0gb").mig_misfit == "no memory"
+    assert identify("NVIDIA B200 MIG 1g.500gb").mig_misfit == (
+        "500 GB is no eighth of B200-SXM-180GB's 180"
+    )
+    assert str(identify("A100 MIG 07g.80gb").mig_misfit).startswith(
+        "07g.80gb is not a MIG profile as NVIDIA names them"
+    )
+    assert identify("NVIDIA A100-SXM4-80GB MIG 3g.40gb").mig_misfit is None
+    assert identify("NVIDIA A100-SXM4-80GB").mig_misfit is None
+
+
+@pytest.mark.parametrize(
+    ("text", "read"),
+    [
+        ("3g.40gb", (3, 40, None, "", "3g.40gb", 3)),
+        ("1c.3g.20gb", (3, 20, 1, "", "3g.20gb", 1)),
+        ("1G.10GB+ME", (1, 10, None, "+me", "1g.10gb+me", 1)),
+        ("1g.24gb+me.all", (1, 24, None, "+me.all", "1g.24gb+me.all", 1)),
+        ("2g.48gb+gfx", (2, 48, None, "+gfx", "2g.48gb+gfx", 2)),
+        ("1g.24gb-me", (1, 24, None, "-me", "1g.24gb-me", 1)),
+        # read, and then fit no GPU (MigName.misfit): a CI of 0 or of all its GI's slices
+        ("0c.3g.40gb", (3, 40, 0, "", "3g.40gb", 0)),
+        ("3c.3g.20gb", (3, 20, 3, "", "3g.20gb", 3)),
+    ],
+)
+def test_one_parser_reads_nvidias_mig_names(text: str, read: tuple[object, ...]) -> None:
+    got = gpus.parse_mig_profile(text)
+    assert got is not None
+    assert (got.gi_slices, got.memory_gb, got.ci_slices, got.engines) == read[:4]
+    assert (got.gpu_instance, got.compute_slices) == read[4:]
+    assert str(got) == text.lower()
+
+
+@pytest.mark.parametrize(
+    "text", ["3g40", "07g.80gb", "3g.040gb", "1g.10gb+foo", "1g.10gb-gfx", "1g.10gb+me.foo",
+             "3g.40gb+", "c.3g.40gb", "MIG 3g.40gb", ""],
+)  # fmt: skip
+def test_a_name_nvidia_does_not_write_is_no_mig_profile(text: str) -> None:
+    assert gpus.parse_mig_profile(text) is None
+
+
+def test_the_published_mig_tables_are_the_gpus_own() -> None:
+    tabled = {g.model: g for g in gpus.GPU_MODELS if g.mig_profiles}
+    assert {"A30-PCIE-24GB", "A100-SXM4-40GB", "A100-PCIE-80GB", "H100-SXM5-80GB",
+            "H100-NVL-94GB", "H200-SXM-141GB", "H200-NVL-141GB"} <= set(tabled)  # fmt: skip
+    for g in tabled.values():
+        assert g.mig_capable, g.model
+        read = [gpus.parse_mig_profile(p) for p in g.mig_profiles]
+        assert all(r is not None and r.misfit(g) is None for r in read), g.model
+        # the last profile is the whole GPU: all its slices and all its memory
+        assert g.mig_profiles[-1] == f"{g.mig_compute_slices}g.{g.memory_gb}gb", g.model
+    assert tabled["A100-SXM4-40GB"].mig_profiles[:3] == ("1g.5gb", "1g.5gb+me", "1g.10gb")
+    assert tabled["H200-SXM-141GB"].mig_profiles[4] == "3g.71gb"
+    assert gpus.mig_compute_slices(None) == 7
+    assert gpus.mig_compute_slices(identify("A30").identity) == 4
 
 
 def test_the_vendor_word_never_changes_a_cloud_type() -> None:
@@ -225,9 +308,11 @@ def test_an_unknown_qualifier_is_not_dropped() -> None:
 
 def test_the_public_surface_is_pinned() -> None:
     assert sorted(gpus.__all__) == [
-        "GKE_ACCELERATORS", "GPU_MODELS", "GpuIdentity", "ModelMatch", "ReportedGpu",
-        "canonical_model", "families", "identify", "match_models", "name_key",
+        "GKE_ACCELERATORS", "GPU_MODELS", "GpuIdentity", "MigName", "ReportedGpu",
+        "canonical_model", "families", "identify", "mig_compute_slices", "name_key",
+        "parse_mig_profile",
     ]  # fmt: skip
+    assert sorted(gpu_requests.__all__) == ["ModelMatch", "match_models"]
 
 
 def test_name_key_compares_any_name_without_resolving_it() -> None:

@@ -5,7 +5,10 @@ GPU and leave the rest of its GPU instance to no one; which instances share a GP
 name tells. The ledger refuses such names whole (a ``LedgerInputError`` naming the field), as
 it does a MIG device no GPU can hold (``0c.3g.40gb``: ``lookup`` once raised inside
 ``Ledger.insert``, losing the placement). A MIG name of a GPU instance no GPU holds
-(``9g.80gb``) or of a part without MIG is an unknown GPU: billed whole at the flagged fallback.
+(``9g.80gb``), one its GPU's published profiles lack (``7g.10gb`` on an 80 GB A100: once 9/16
+of it), one not written as NVIDIA writes them (``07g.80gb``: once refused, the identity and the
+book reading it two ways) or of a part without MIG is an unknown GPU: billed whole at the
+flagged fallback. A placement's ``mig_profile`` its GPU cannot hold is refused naming it.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ def billed(led: Ledger) -> list[CostLine]:
         "NVIDIA A30 MIG 1c.2g.12gb",
         f"{A100} MIG 0c.3g.40gb",  # no such device: once a PriceBookError from insert
         f"{A100} MIG 4c.3g.40gb",
+        f"{A100} MIG 3c.3g.40gb",  # NVML names a CI of all its GI's slices by the GI
     ],
 )
 @pytest.mark.parametrize("fact", ["NodeInfo", "Placement"])
@@ -87,6 +91,12 @@ def test_a_compute_instance_device_is_refused_whole_and_named(name: str, fact: s
         "NVIDIA A30 MIG 7g.24gb",  # the A30 has 4
         "NVIDIA RTX A6000 MIG 1g.6gb",  # no MIG on the RTX A6000: once 1/7 of it, unflagged
         "NVIDIA GeForce RTX 4090 MIG 1g.5gb",
+        f"{A100} MIG 7g.10gb",  # the 80 GB part's whole GPU is 7g.80gb: once 9/16 of it
+        "NVIDIA A100-SXM4-40GB MIG 7g.80gb",  # the 40 GB part's is 7g.40gb
+        "NVIDIA H200 MIG 1g.10gb",
+        "NVIDIA A30 MIG 3g.12gb",
+        f"{A100} MIG 1g.10gb-me",  # "-me" is the RTX PRO 6000 Blackwell's alone
+        f"{A100} MIG 07g.80gb",  # no name NVIDIA writes: once refused (read two ways)
     ],
 )
 def test_a_mig_name_no_gpu_can_hold_is_an_unknown_gpu_billed_whole_and_flagged(name: str) -> None:
@@ -99,19 +109,18 @@ def test_a_mig_name_no_gpu_can_hold_is_an_unknown_gpu_billed_whole_and_flagged(n
     assert lines[0].assumptions == (f"price:{name}", f"fallback:{name}")
 
 
-@pytest.mark.parametrize("fact", ["NodeInfo", "Placement"])
-def test_a_name_the_book_cannot_price_is_refused_naming_gpu_model(fact: str) -> None:
-    # NVML writes no leading zero: the identity reads the profile, the book cannot. Once a
-    # PriceBookError raised inside Ledger.insert (a step_error dead letter, the fact lost).
-    name = f"{A100} MIG 07g.80gb"
+def test_a_placement_of_a_profile_its_gpu_cannot_hold_is_refused_naming_mig_profile() -> None:
     led = Ledger(BOOK, HOURLY)
-    if fact == "Placement":
-        led.apply(node(A100))
-    event = node(name, "bad") if fact == "NodeInfo" else place(name, "bad")
+    led.apply(node(A100))
+    bad = GpuAllocation(
+        event_id="bad", job_id="j1", tenant="acme", node="node-a", gpu_model=A100,
+        gpu_indices=(0,), start_ms=0, kind="mig", gpu_milli=1000, mig_profile="7g.10gb",
+    )  # fmt: skip
     with pytest.raises(LedgerInputError) as info:
-        led.apply(event)
+        led.apply(bad)  # once 9/16 of the GPU billed to acme
     assert str(info.value) == (
-        f"{fact}.gpu_model = {name!r}: cannot be priced: mig profile '07g.80gb' is not of the "
-        "form '[<c>c.]<n>g.<m>gb'"
+        "Placement.mig_profile = '7g.10gb': mig profile '7g.10gb' does not fit A100-SXM4-80GB: "
+        "no GPU instance 7g.10gb on A100-SXM4-80GB (NVIDIA's: 1g.10gb, 1g.10gb+me, 1g.20gb, "
+        "2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb)"
     )
     assert not led.seen("bad")

@@ -29,6 +29,7 @@ from seedance.cost_ledger.core import (
 from seedance.cost_ledger.core.mapping import to_bus
 from seedance.cost_ledger.core.rightsizing import HEADROOM, HOURS_PER_MONTH, options
 from seedance.events import decode, encode
+from seedance.events.gpus import identify
 from seedance.reports import (
     JobUse,
     Recommendation,
@@ -267,13 +268,20 @@ def test_any_profile_gets_a_covering_cheaper_request_or_none(
     use = JobUse(
         tenant="t", job_id="j", gpu_model=model, pricing_tier=tier, kind=kind.rstrip("124"),
         gpus=gpus, milli=milli if kind == "shared" else 1000,
-        # three compute sevenths and half the memory, named as the model's own profiles are
-        # (A100 80GB: 3g.40gb; H200: 3g.70gb; A30: 3g.12gb)
-        mig_profile=f"3g.{(BOOK.gpus[model].mig_memory_gb or 0) // 2}gb" if kind == "mig" else "",
+        mig_profile=_half_profile(model) if kind == "mig" else "",
         windows=1, measured_windows=1, samples=1, peak_activity_ppm=peak_act,
         peak_mem_mib=peak_mem,
     )  # fmt: skip
     _check(recommend(use, BOOK), use, peak_act, peak_mem or 0)
+
+
+def _half_profile(model: str) -> str:
+    """A profile of ``model`` holding half its memory, as NVIDIA names it where the identity
+    holds its table (A100 80GB: 3g.40gb; H200: 3g.71gb; A30: 2g.12gb), else 3g.<half>gb."""
+    gpu = identify(model).identity
+    plain = [p for p in (gpu.mig_profiles if gpu else ()) if p.endswith("gb")]
+    table = [p for p in plain if p[:3] in ("2g.", "3g.")]
+    return table[-1] if table else f"3g.{(BOOK.gpus[model].mig_memory_gb or 0) // 2}gb"
 
 
 def _check(rec: Recommendation, use: JobUse, peak_act: int, peak_mem: int) -> None:

@@ -10,9 +10,10 @@ feature discovery's ``nvidia.com/gpu.product`` labels (``NVIDIA-A100-SXM4-80GB``
 ``3g.20gb`` and one of its compute slices), cloud names (``A10G``, Google Cloud's accelerator
 types ``GKE_ACCELERATORS``), the China-market parts in real traces (``H800``,
 ``A800-SXM4-80GB``, ``H20``) and the short names the replayed fleets carry (``T4``, ``A100``,
-``V100M32``, the Alibaba trace's anonymised ``G1``-``G3``). It also owns what a request's
-``--gpu-model`` means (``match_models``: ``a100`` is any A100, ``a100-80gb`` an 80 GB one) so
-the slicer, the ledger, the collector and the bridge agree on one reading.
+``V100M32``, the Alibaba trace's anonymised ``G1``-``G3``), so the slicer, the ledger, the
+collector and the bridge agree on one reading (what a request's ``--gpu-model`` means is
+``gpu_requests``). And it owns the one reading of a MIG profile's name (``parse_mig_profile``)
+and which MIG devices each GPU can hold (``MigName.misfit``): the price book prices what it reads.
 
 Why here, beside ``tokens.py``: ``gpu_model`` is a field of the bus's events and every service
 and the SDK already depend on this package; the identity is plain data and pure functions (no
@@ -31,20 +32,20 @@ real name.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 __all__ = [
     "GKE_ACCELERATORS",
     "GPU_MODELS",
     "GpuIdentity",
-    "ModelMatch",
+    "MigName",
     "ReportedGpu",
     "canonical_model",
     "families",
     "identify",
-    "match_models",
+    "mig_compute_slices",
     "name_key",
+    "parse_mig_profile",
 ]
 
 
@@ -65,6 +66,9 @@ class GpuIdentity:
     #: Compute slices of the whole GPU in MIG mode: 7 on A100/H100/H200/B200, 4 on the A30 and
     #: the RTX PRO 6000 Blackwell (MIG user guide, "Supported MIG Profiles": 1g is 1/4 there).
     mig_compute_slices: int = 7
+    #: The GPU-instance profiles NVIDIA publishes for this part (``_MIG_TABLES``); empty where
+    #: no table is held here: then only the slices and the memory's eighths are checked.
+    mig_profiles: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,27 +77,33 @@ class ReportedGpu:
 
     name: str
     identity: GpuIdentity | None
-    #: The MIG profile a MIG device's name carries (NVML ``MIG 3g.40gb``, GFD ``-MIG-3g.40gb``):
-    #: for a compute instance smaller than its GPU instance (NVML ``MIG 1c.3g.20gb``), the
-    #: profile of the GPU instance it runs in (``3g.20gb``), its compute slices in ``ci_slices``.
-    mig_profile: str | None = None
+    #: The MIG device the name carries (NVML ``MIG 3g.40gb``, GFD ``-MIG-3g.40gb``), where it
+    #: is one its GPU can hold (None: no MIG device, or one no GPU can hold: see ``mig_misfit``).
+    mig: MigName | None = None
     #: GFD's time-slicing suffix ``-SHARED`` (the GPU is shared; the model is the same).
     shared: bool = False
-    #: The compute slices of a compute instance smaller than its GPU instance (``1c.3g.20gb``:
-    #: 1); None where the MIG device is a whole GPU instance (or no MIG device at all).
-    ci_slices: int | None = None
     #: The name's MIG suffix names a compute instance (``<c>c.<g>g.<m>gb``), valid or not: the
     #: ledger refuses such devices (one cannot tell from names which share a GPU instance).
     compute_instance: bool = False
-    #: The name ends in a MIG device suffix, valid or not (``mig_profile`` only where valid).
+    #: The name ends in a MIG device suffix (``MIG <n>...``), valid or not.
     mig_named: bool = False
+    #: Why the MIG device the name carries cannot exist (then ``identity`` is None).
+    mig_misfit: str | None = None
+
+    @property
+    def mig_profile(self) -> str | None:
+        """The GPU instance's profile (``3g.20gb``; a compute instance's GI: ``1c.3g.20gb``'s)."""
+        return self.mig.gpu_instance if self.mig else None
+
+    @property
+    def ci_slices(self) -> int | None:
+        """A compute instance's slices (``1c.3g.20gb``: 1); None for a whole GPU instance."""
+        return self.mig.ci_slices if self.mig else None
 
     @property
     def mig_device(self) -> str | None:
         """The MIG device as NVML names it, without ``MIG``: ``3g.20gb``, ``1c.3g.20gb``."""
-        if self.mig_profile is None or self.ci_slices is None:
-            return self.mig_profile
-        return f"{self.ci_slices}c.{self.mig_profile}"
+        return str(self.mig) if self.mig else None
 
     @property
     def model(self) -> str:
@@ -109,10 +119,44 @@ def _gpu(
     model: str, family: str, memory_gb: int | None, form: str, arch: str, *aliases: str,
     mig: bool = False, anonymised: bool = False, mig_slices: int = 7,
 ) -> GpuIdentity:  # fmt: skip
+    table = _MIG_TABLES.get((family, memory_gb)) if mig else None
     return GpuIdentity(
         model=model, family=family, memory_gb=memory_gb, form_factor=form, architecture=arch,
         mig_capable=mig, aliases=aliases, anonymised=anonymised, mig_compute_slices=mig_slices,
+        mig_profiles=table or (),
     )  # fmt: skip
+
+
+def _mig_table(*sizes_gb: int) -> tuple[str, ...]:
+    """A 7-slice GPU's profiles from its 1g, 1g (two memory eighths) and 3g sizes and its
+    whole memory: NVIDIA's A100/H100/H200 tables all have this one shape."""
+    one, two, half, whole = sizes_gb
+    return (
+        f"1g.{one}gb", f"1g.{one}gb+me", f"1g.{two}gb", f"2g.{two}gb", f"3g.{half}gb",
+        f"4g.{half}gb", f"7g.{whole}gb",
+    )  # fmt: skip
+
+
+# NVIDIA's published GPU-instance profiles, by (family, memory GB): the MIG user guide's
+# "Supported MIG Profiles" tables (docs.nvidia.com/datacenter/tesla/mig-user-guide/
+# supported-mig-profiles.html: A30-24GB, A100-SXM4-40GB and, "names change according to the
+# memory proportion", the 80 GB A100; H100 80/94 GB; H200 141 GB), checked against NVIDIA's
+# mig-parted default config (github.com/NVIDIA/mig-parted deployments/systemd/
+# config-default.yaml), which groups the China-market A800/H800 with their siblings. A name of
+# such a part with any other profile (``7g.10gb`` on an 80 GB A100: its whole GPU is
+# ``7g.80gb``) is no MIG device it can hold. Parts not here (GH200, H20, Blackwell) are checked
+# by slices and memory eighths only.
+_MIG_TABLES: dict[tuple[str, int | None], tuple[str, ...]] = {
+    ("A30", 24): ("1g.6gb", "1g.6gb+me", "2g.12gb", "2g.12gb+me", "4g.24gb"),
+    ("A100", 40): _mig_table(5, 10, 20, 40),
+    ("A800", 40): _mig_table(5, 10, 20, 40),
+    ("A100", 80): _mig_table(10, 20, 40, 80),
+    ("A800", 80): _mig_table(10, 20, 40, 80),
+    ("H100", 80): _mig_table(10, 20, 40, 80),
+    ("H800", 80): _mig_table(10, 20, 40, 80),
+    ("H100", 94): _mig_table(12, 24, 47, 94),
+    ("H200", 141): _mig_table(18, 35, 71, 141),
+}
 
 
 # The aliases are the names real systems report, each seen where the test corpus
@@ -229,9 +273,6 @@ GPU_MODELS: tuple[GpuIdentity, ...] = (
 
 _SEPARATORS = re.compile(r"[\s_\-]+")
 _VENDOR = {"NVIDIA", "TESLA"}
-# A MIG device: ``[<c>c.]<g>g.<m>gb`` and the engine suffixes of the MIG user guide (``+me``,
-# ``+gfx``, ``+me.all``; ``-me`` arrives as a separate ``ME`` token, ``-`` being a separator).
-_PROFILE = re.compile(r"^(?:(\d+)C\.)?(\d+G\.\d+GB(?:\+[A-Z]+(?:\.[A-Z]+)?)?)$")
 # Google Cloud's accelerator types (``--accelerator type=``, GKE's ``cloud.google.com/
 # gke-accelerator`` label) whose GPU is certain, as this table names it. From Google's list
 # ("Deploy GPU workloads in Autopilot", cloud.google.com/kubernetes-engine/docs/how-to/
@@ -256,8 +297,6 @@ GKE_ACCELERATORS: dict[str, str] = {
 _CLOUD_NAMES = {
     name.upper().removeprefix("NVIDIA-"): model for name, model in GKE_ACCELERATORS.items()
 }
-_MEMORY = re.compile(r"^(\d+)GB?$")
-_FORMS = {"SXM", "SXM2", "SXM4", "SXM5", "SXM6", "PCIE", "NVL"}
 
 Key = tuple[str, frozenset[str]]
 
@@ -265,14 +304,10 @@ Key = tuple[str, frozenset[str]]
 @dataclass(frozen=True, slots=True)
 class _Parsed:
     toks: list[str]
-    profile: str | None = None
+    mig: MigName | None = None
     shared: bool = False
-    ci_slices: int | None = None  # as the name writes it (``0c.``, ``4c.3g``: checked later)
     cloud: str | None = None  # the model a cloud's accelerator type names
-
-    @property
-    def gi_slices(self) -> int | None:
-        return int(self.profile.split("g.")[0]) if self.profile else None
+    mig_text: str | None = None  # the MIG suffix as written (upper case), valid or not
 
 
 def _parse(name: str) -> _Parsed:
@@ -283,25 +318,23 @@ def _parse(name: str) -> _Parsed:
     shared = bool(toks) and toks[-1] == "SHARED"
     if shared:
         toks.pop()
-    minus_me = len(toks) >= 3 and toks[-1] == "ME" and toks[-3] == "MIG"
-    tail = toks[:-1] if minus_me else toks
-    m = _PROFILE.match(tail[-1]) if len(tail) >= 2 and tail[-2] == "MIG" else None
-    profile = ci = None
-    if m is not None:
-        toks = tail[:-2]
-        profile = m.group(2).lower() + ("-me" if minus_me else "")
-        ci = int(m.group(1)) if m.group(1) else None
+    # ``MIG <profile>``; an engine suffix after ``-`` (``1g.24gb-me``) is a token of its own.
+    text: str | None = None
+    if len(toks) >= 3 and toks[-3] == "MIG" and toks[-2][:1].isdigit():
+        text, toks = f"{toks[-2]}-{toks[-1]}", toks[:-3]
+    elif len(toks) >= 2 and toks[-2] == "MIG" and toks[-1][:1].isdigit():
+        text, toks = toks[-1], toks[:-2]
     # A cloud's accelerator type, with or without its vendor word (``nvidia-tesla-a100``,
     # ``Tesla A100``: ``NVIDIA`` never matters, so both are Google's 40 GB part).
     cloud = _CLOUD_NAMES.get("-".join(toks))
     while toks and toks[0] in _VENDOR:
         toks.pop(0)
-    return _Parsed(toks, profile, shared, ci, cloud)
+    mig = parse_mig_profile(text) if text is not None else None
+    return _Parsed(toks, mig, shared, cloud, text)
 
 
-def _tokens(name: str) -> tuple[list[str], str | None, bool]:
-    p = _parse(name)
-    return p.toks, p.profile, p.shared
+def _tokens(name: str) -> list[str]:
+    return _parse(name).toks
 
 
 def _key(toks: list[str]) -> Key | None:
@@ -314,7 +347,7 @@ def _index() -> dict[Key, GpuIdentity]:
     out: dict[Key, GpuIdentity] = {}
     for gpu in GPU_MODELS:
         for alias in (gpu.model, *gpu.aliases):
-            key = _key(_tokens(alias)[0])
+            key = _key(_tokens(alias))
             if key is None or key in out:
                 raise ValueError(f"GPU alias {alias!r} is empty or names two models")
             out[key] = gpu
@@ -334,36 +367,26 @@ _BY_MODEL = {g.model: g for g in GPU_MODELS}
 
 def identify(name: str) -> ReportedGpu:
     """The canonical model behind ``name`` (``identity`` None: no model of the table). A MIG
-    device no GPU can hold is unknown, its profile dropped: a compute instance of ``0`` or of
-    all (or more than all) of its GPU instance's slices (NVML names that device by its GI), a
-    GPU instance larger than its GPU (``9g.80gb``; any GPU's 7 where the model is unknown) or
-    a MIG device of a part without MIG (``RTX A6000 MIG 1g.6gb``)."""
+    device no GPU can hold is unknown, its profile dropped and ``mig_misfit`` saying why (see
+    ``MigName.misfit``): a profile not written as NVIDIA writes them (``07g.80gb``), a compute
+    instance of ``0`` or of all its GPU instance's slices, a GPU instance larger than its GPU,
+    one its GPU's published table lacks (``7g.10gb`` on an 80 GB A100) or a MIG device of a
+    part without MIG (``RTX A6000 MIG 1g.6gb``)."""
     p = _parse(name)
     key = _key(p.toks)
     gpu = _BY_MODEL[p.cloud] if p.cloud else (_BY_KEY.get(key) if key else None)
-    ci = p.ci_slices is not None
-    mig = p.profile is not None
-    if mig and not _mig_fits(p, gpu):
+    if p.mig_text is None:
+        return ReportedGpu(name=name, identity=gpu, shared=p.shared)
+    ci = bool(re.match(r"^\d+C\.", p.mig_text))
+    misfit = p.mig.misfit(gpu) if p.mig else f"{p.mig_text.lower()} {_NOT_A_PROFILE}"
+    if misfit is not None:
         return ReportedGpu(
-            name=name, identity=None, shared=p.shared, compute_instance=ci, mig_named=True
-        )
+            name=name, identity=None, shared=p.shared, compute_instance=ci, mig_named=True,
+            mig_misfit=misfit,
+        )  # fmt: skip
     return ReportedGpu(
-        name=name, identity=gpu, mig_profile=p.profile, shared=p.shared,
-        ci_slices=p.ci_slices, compute_instance=ci, mig_named=mig,
-    )  # fmt: skip
-
-
-_MAX_MIG_SLICES = max(g.mig_compute_slices for g in GPU_MODELS if g.mig_capable)
-
-
-def _mig_fits(p: _Parsed, gpu: GpuIdentity | None) -> bool:
-    """Whether the MIG device ``p`` names can exist on ``gpu`` (None: on some MIG GPU)."""
-    g = p.gi_slices or 0
-    if p.ci_slices is not None and not 1 <= p.ci_slices < g:
-        return False
-    if gpu is None:
-        return 1 <= g <= _MAX_MIG_SLICES
-    return gpu.mig_capable and 1 <= g <= gpu.mig_compute_slices
+        name=name, identity=gpu, mig=p.mig, shared=p.shared, compute_instance=ci, mig_named=True
+    )
 
 
 def canonical_model(name: str) -> str:
@@ -380,7 +403,7 @@ def name_key(name: str) -> str:
     """``name`` as one comparable spelling (upper case, ``-``-separated, without vendor
     prefix, MIG profile or ``SHARED``): how a price book matches its own aliases for names
     the table does not know (``gpu-series-1`` = ``GPU-series-1``)."""
-    return "-".join(_tokens(name)[0])
+    return "-".join(_tokens(name))
 
 
 def families() -> tuple[str, ...]:
@@ -388,97 +411,97 @@ def families() -> tuple[str, ...]:
     return tuple(sorted(set(_FAMILIES.values())))
 
 
-# ----------------------------------------------------------------------------- requests
+# ------------------------------------------------------------------------------ MIG names
+
+# NVIDIA's MIG device names (MIG user guide, "MIG Device Names" and "Supported MIG Profiles"):
+# ``[<c>c.]<g>g.<m>gb`` with an engine suffix: ``+me`` (media extensions: the GI holds the
+# decoders, JPEG and OFA, A30/A100/H100/H200/B200), ``+me.all`` (all media engines), ``+gfx``
+# (graphics) and ``-me`` (no media engines), the last three on the RTX PRO 6000 Blackwell (the
+# guide's table; NVIDIA mig-parted's config names ``1g.24gb-me``, ``1g.24gb+me.all``). Numbers
+# are written without leading zeros; anything else (``07g.80gb``, ``1g.10gb+foo``) is no name
+# NVIDIA gives.
+_MIG_NAME = re.compile(
+    r"^(?:(0|[1-9]\d*)c\.)?(0|[1-9]\d*)g\.(0|[1-9]\d*)gb(\+me|\+me\.all|\+gfx|-me)?$"
+)
+_NOT_A_PROFILE = (
+    "is not a MIG profile as NVIDIA names them ('[<c>c.]<g>g.<m>gb[+me|+me.all|+gfx|-me]')"
+)
 
 
 @dataclass(frozen=True, slots=True)
-class _Request:
-    """What one requested name asks for: a family with optional memory and form, one model,
-    or (unknown) the name itself, matched against the fleet's names as written."""
+class MigName:
+    """One MIG device's name read: ``1c.3g.20gb`` is a compute instance of 1 slice in the GPU
+    instance ``3g.20gb`` (3 compute slices, 20 GB). Not ``MigProfile``: the slicer's
+    ``MigProfile`` is a profile's geometry on one GPU model (start slots, counts)."""
 
-    text: str
-    family: str | None = None
-    memory_gb: int | None = None
-    form: str | None = None
-    model: str | None = None
+    gi_slices: int
+    memory_gb: int
+    ci_slices: int | None = None
+    #: The engine suffix as NVIDIA writes it: ``""``, ``+me``, ``+me.all``, ``+gfx`` or ``-me``.
+    engines: str = ""
 
-    def accepts(self, fleet_name: str) -> bool:
-        got = identify(fleet_name)
-        gpu = got.identity
-        if self.model is not None:
-            return gpu is not None and gpu.model == self.model
-        if self.family is None:  # unknown request: the fleet's own (unknown) name, any case
-            return _tokens(fleet_name)[0] == _tokens(self.text)[0]
-        if gpu is None or gpu.family.upper() != self.family:
-            return False
-        if self.memory_gb is not None and gpu.memory_gb != self.memory_gb:
-            return False
-        return self.form is None or gpu.form_factor.upper().startswith(self.form)
+    @property
+    def gpu_instance(self) -> str:
+        """The GPU instance's profile: ``3g.20gb`` (of ``1c.3g.20gb`` too), ``1g.10gb+me``."""
+        return f"{self.gi_slices}g.{self.memory_gb}gb{self.engines}"
 
+    @property
+    def compute_slices(self) -> int:
+        """The compute slices the device holds (a compute instance's own, else its GI's)."""
+        return self.ci_slices if self.ci_slices is not None else self.gi_slices
 
-def _request(text: str) -> _Request:
-    toks, _profile, _shared = _tokens(text)
-    if not toks:
-        return _Request(text)
-    # ``a100``: any A100, whatever a short name meant; ``a100-80gb`` any 80 GB one (SXM4 or
-    # PCIe), ``h100-sxm`` any SXM H100: a family (the longest of several words: ``rtx-4090``,
-    # ``rtx-pro-6000-96gb``) with memory and form qualifiers.
-    for n in range(len(toks), 0, -1):
-        family = "-".join(toks[:n])
-        if family not in _FAMILIES:
-            continue
-        memory: int | None = None
-        form: str | None = None
-        for t in toks[n:]:
-            m = _MEMORY.match(t)
-            if m:
-                memory = int(m.group(1))
-            elif t in _FORMS:
-                form = t  # ``SXM`` accepts SXM2/4/5/6; ``SXM4`` only SXM4
-            else:
-                break
-        else:
-            return _Request(text, family=family, memory_gb=memory, form=form)
-        break
-    key = _key(toks)
-    gpu = _BY_KEY.get(key) if key else None
-    if gpu is not None:  # a name with more than qualifiers (``H100 80GB HBM3``): that model
-        return _Request(text, model=gpu.model)
-    return _Request(text)  # no model we know, or a qualifier we do not: no guess
+    def __str__(self) -> str:
+        ci = f"{self.ci_slices}c." if self.ci_slices is not None else ""
+        return ci + self.gpu_instance
 
-
-@dataclass(frozen=True, slots=True)
-class ModelMatch:
-    """Which of the fleet's model names a request's ``gpu_models`` accept, and why not."""
-
-    requested: tuple[str, ...]
-    #: The fleet's names (as they are written there) any request accepts, sorted.
-    matched: tuple[str, ...]
-    #: Requests that name no model of the table (matched only by the fleet's own names).
-    unknown: tuple[str, ...] = ()
-    by_request: dict[str, tuple[str, ...]] = field(default_factory=dict)
-
-    def reason(self, available: Iterable[str]) -> str:
-        """A sentence for a user when nothing matched: what was asked and what there is."""
-        known = sorted(set(available))
-        shown = ", ".join(_describe(n) for n in known) or "none"
-        asked = ", ".join(self.requested)
-        extra = f" ({', '.join(self.unknown)}: no such GPU model known)" if self.unknown else ""
-        return f"gpu_models [{asked}] match none of the fleet's models: {shown}{extra}"
+    def misfit(self, gpu: GpuIdentity | None) -> str | None:
+        """Why no ``gpu`` (None: a GPU the table does not know) holds this device; None where
+        one can. A compute instance has 1 to ``g - 1`` slices: one of all its GI's slices is
+        named by its GI (``3g.20gb``, never ``3c.3g.20gb``: "the CI sizing is implied in the
+        device name", MIG user guide, "MIG Device Names"). A GI has 1 to the GPU's compute
+        slices (an unknown GPU's: the most any MIG GPU has) and, on a part with a published
+        table (``GpuIdentity.mig_profiles``), is one of it; on another, its memory is 1 to 8
+        eighths of the GPU's (profile names round: the H200's 1g.18gb is 141/8 GB)."""
+        g, c = self.gi_slices, self.ci_slices
+        if c is not None and not 1 <= c < g:
+            return (
+                f"a {g}g instance has no {c}c (one of all its slices is named {self.gpu_instance})"
+            )
+        slices = mig_compute_slices(gpu)
+        if gpu is not None and not gpu.mig_capable:
+            return f"{gpu.model} has no MIG"
+        if not 1 <= g <= slices:
+            return f"{g} of {slices} compute slices"
+        if self.memory_gb < 1:
+            return "no memory"
+        if gpu is None:
+            return None
+        if gpu.mig_profiles:
+            if self.gpu_instance in gpu.mig_profiles:
+                return None
+            known = ", ".join(gpu.mig_profiles)
+            return f"no GPU instance {self.gpu_instance} on {gpu.model} (NVIDIA's: {known})"
+        eighths = round(self.memory_gb * 8 / gpu.memory_gb) if gpu.memory_gb else 1
+        ok = 1 <= eighths <= 8
+        return None if ok else f"{self.memory_gb} GB is no eighth of {gpu.model}'s {gpu.memory_gb}"
 
 
-def _describe(name: str) -> str:
-    model = canonical_model(name)
-    return name if model == name else f"{name} ({model})"
+def parse_mig_profile(text: str) -> MigName | None:
+    """The MIG device ``text`` names as NVIDIA writes MIG names (``3g.40gb``, ``1c.3g.20gb``,
+    ``1g.10gb+me``, ``1g.24gb-me``; any case, no ``MIG`` word), or None where it is written
+    otherwise. Whether a GPU can hold it is ``MigName.misfit``: ``0c.3g.40gb`` and
+    ``9g.80gb`` are read here and fit no GPU there."""
+    m = _MIG_NAME.match(text.strip().lower())
+    if m is None:
+        return None
+    ci, g, memory, engines = m.groups()
+    return MigName(int(g), int(memory), int(ci) if ci is not None else None, engines or "")
 
 
-def match_models(requested: Iterable[str], available: Iterable[str]) -> ModelMatch:
-    """The names of ``available`` (a fleet's model names, as reported) that any of
-    ``requested`` (a job's ``gpu_models``) accepts. No request accepts everything."""
-    reqs = tuple(dict.fromkeys(requested))
-    names = sorted(set(available))
-    parsed = [(r, _request(r)) for r in reqs]
-    by_request = {r: tuple(n for n in names if p.accepts(n)) for r, p in parsed}
-    matched = tuple(sorted({n for ns in by_request.values() for n in ns}))
-    unknown = tuple(r for r, p in parsed if p.family is None and p.model is None)
-    return ModelMatch(requested=reqs, matched=matched, unknown=unknown, by_request=by_request)
+def mig_compute_slices(gpu: GpuIdentity | None) -> int:
+    """The compute slices of ``gpu``'s whole GPU in MIG mode; where the model is unknown, the
+    most any MIG GPU has (7), which is what its MIG devices are read against."""
+    return gpu.mig_compute_slices if gpu is not None else _MAX_MIG_SLICES
+
+
+_MAX_MIG_SLICES = max(g.mig_compute_slices for g in GPU_MODELS if g.mig_capable)

@@ -141,8 +141,8 @@ def prices(argv: list[str]) -> int:
     one line per name, ``model=<canonical|unknown> on_demand=<usd/h> reserved=<..> spot=<..>
     on_prem=<..> assumed=<true|false> fallback=<true|false>``, for any name a system reports
     (NVML, GPU feature discovery, a cloud, a trace). The book is ``--price-book``, else
-    ``SEEDANCE_COST_LEDGER_PRICE_BOOK``, else the bundled one. Exit 2 on a bad price book or a
-    name no GPU can be priced as (named on stderr; the other names still printed)."""
+    ``SEEDANCE_COST_LEDGER_PRICE_BOOK``, else the bundled one. Exit 2 on a bad price book (named
+    on stderr); a name no GPU can be (``... MIG 7g.10gb`` on an 80 GB A100) is ``unknown``."""
     p = argparse.ArgumentParser(prog="seedance-cost-ledger prices", description=prices.__doc__)
     p.add_argument("--gpu-model", action="append", required=True, metavar="NAME")
     p.add_argument("--price-book", default=os.environ.get("SEEDANCE_COST_LEDGER_PRICE_BOOK"))
@@ -153,14 +153,9 @@ def prices(argv: list[str]) -> int:
         sys.stderr.write(f"seedance-cost-ledger prices: {exc}\n")
         return 2
     book = book or core.default_price_book()
-    rc = 0
-    for name in args.gpu_model:
-        try:
-            sys.stdout.write(core.price_summary(book.lookup(name)) + "\n")
-        except core.PriceBookError as exc:  # a name no GPU can be (the ledger refuses it too)
-            sys.stderr.write(f"seedance-cost-ledger prices: gpu model {name!r}: {exc}\n")
-            rc = 2
-    return rc
+    for name in args.gpu_model:  # any name is priced: one no GPU can be at the fallback
+        sys.stdout.write(core.price_summary(book.lookup(name)) + "\n")
+    return 0
 
 
 def main() -> int | None:

@@ -13,7 +13,6 @@ may be renamed, a field or a tag may not without a new snapshot version.
 
 from __future__ import annotations
 
-import re
 from bisect import bisect_right, insort
 from collections import defaultdict
 from collections.abc import Callable
@@ -25,9 +24,7 @@ import msgspec
 from seedance.cost_ledger.core.pricebook import PriceBook, PriceBookError, PricingTier
 from seedance.cost_ledger.core.readings import Readings, SampleReadings
 from seedance.cost_ledger.core.windows import window_bounds_ms
-from seedance.events.gpus import identify
-
-_COMPUTE_INSTANCE = re.compile(r"^\d+c\.")
+from seedance.events.gpus import identify, parse_mig_profile
 
 __all__ = [
     "AllocationKind",
@@ -168,7 +165,7 @@ def validate(e: LedgerInput, book: PriceBook) -> None:
     if not e.event_id:
         raise bad("event_id", e.event_id, "must not be empty")
     if isinstance(e, NodeInfo):
-        _validate_node(e, book, bad)
+        _validate_node(e, bad)
     elif isinstance(e, GpuAllocation):
         _validate_allocation(e, book, bad)
     elif isinstance(e, GpuSample):
@@ -185,11 +182,11 @@ def _validate_shares(e: PodShareReading, bad: _Bad) -> None:
             raise bad("shares", (gpu, job, ppm), "must be (GPU >= 0, a job, 0..1e6 ppm)")
 
 
-def _validate_node(e: NodeInfo, book: PriceBook, bad: _Bad) -> None:
+def _validate_node(e: NodeInfo, bad: _Bad) -> None:
     if e.gpu_count < 0:
         raise bad("gpu_count", e.gpu_count, "must be >= 0")
     if not e.removed:  # a removal need not describe what left
-        _named(e.gpu_model, book, bad)
+        _named(e.gpu_model, bad)
 
 
 def _validate_resize(e: ShareResize, bad: _Bad) -> None:
@@ -200,7 +197,7 @@ def _validate_resize(e: ShareResize, bad: _Bad) -> None:
         raise bad("gpu_index", e.gpu_index, "must be >= 0")
 
 
-def _named(model: str, book: PriceBook, bad: _Bad) -> None:
+def _named(model: str, bad: _Bad) -> None:
     # Any GPU model is billed (one the book cannot price at its fallback, flagged), except a
     # MIG compute instance named as a device (``... MIG 1c.3g.20gb``): its GPU instance's
     # compute it does not hold is no one's to bill, and which instances share a GPU instance
@@ -209,17 +206,15 @@ def _named(model: str, book: PriceBook, bad: _Bad) -> None:
         raise bad("gpu_model", model, "must name the GPU model")
     got = identify(model)
     if got.compute_instance and got.identity is None:
-        raise bad("gpu_model", model, "names a MIG compute instance no GPU can hold")
+        raise bad(
+            "gpu_model", model, f"names a MIG compute instance no GPU can hold: {got.mig_misfit}"
+        )
     if got.compute_instance:
         raise bad(
             "gpu_model", model,
             "a MIG compute instance (<c>c.<g>g.<m>gb) is not billed: the compute of its GPU "
             "instance it leaves would be billed to no one; report the GPU or its GPU instance",
         )  # fmt: skip
-    try:
-        book.lookup(model)
-    except PriceBookError as exc:
-        raise bad("gpu_model", model, f"cannot be priced: {exc}") from None
 
 
 def _validate_allocation(e: GpuAllocation, book: PriceBook, bad: _Bad) -> None:
@@ -229,7 +224,7 @@ def _validate_allocation(e: GpuAllocation, book: PriceBook, bad: _Bad) -> None:
         raise bad("gpu_indices", e.gpu_indices, "must name GPUs (indices >= 0)")
     if len(set(e.gpu_indices)) != len(e.gpu_indices):
         raise bad("gpu_indices", e.gpu_indices, "names a GPU twice")
-    _named(e.gpu_model, book, bad)
+    _named(e.gpu_model, bad)
     if e.kind != "whole" and len(e.gpu_indices) != 1:
         raise bad("gpu_indices", e.gpu_indices, f"a {e.kind} placement names one GPU")
     if e.kind == "shared" and not 0 < e.gpu_milli <= 1000:
@@ -237,7 +232,8 @@ def _validate_allocation(e: GpuAllocation, book: PriceBook, bad: _Bad) -> None:
     if e.kind == "mig":
         # The slicer places GPU instances; a compute instance (``1c.3g.20gb``, a device name
         # NVML reports) is priced by ``PriceBook.lookup``, never placed.
-        if _COMPUTE_INSTANCE.match(e.mig_profile):
+        read = parse_mig_profile(e.mig_profile)
+        if read is not None and read.ci_slices is not None:
             raise bad(
                 "mig_profile", e.mig_profile,
                 "a placement holds a GPU instance (<n>g.<m>gb), not a compute instance",

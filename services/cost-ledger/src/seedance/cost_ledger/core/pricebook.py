@@ -12,7 +12,10 @@ tables for one model are refused), a name the identity does not know under itsel
 ``aliases`` name it too. ``lookup(name)`` finds the table of the name's canonical model, or of a
 book alias; a MIG device's name (GFD's single strategy, NVML's MIG devices) is priced as its
 share of the parent (the rule below); anything else is priced at the book's ``[fallback]``,
-flagged (``PriceLookup.fallback``), never refused (but for a MIG profile it cannot read). A
+flagged (``PriceLookup.fallback``), never refused. A MIG device's name is read by the
+identity alone (``gpus.parse_mig_profile``, ``MigName.misfit``): one its GPU cannot hold
+(``7g.10gb`` on an 80 GB A100, whose whole GPU is ``7g.80gb``) names an unknown GPU, billed at
+the fallback with the reason in the price's ``source``, never a fraction of the parent. A
 model the book declines to price names why in ``[unpriced.<name>] reason = ".."``: it is billed
 at the fallback too, flagged, and the reason travels in the price's ``source`` (the ledger's
 log line, ``assumptions``). A price is ``price_assumed = false`` only with a ``source``; a book
@@ -22,8 +25,8 @@ Share rules (documented in docs/cost-ledger.md):
 - whole GPUs: the GPU count;
 - shared (time-sliced / MPS) GPUs: ``gpu_milli / 1000``;
 - MIG: ``w × compute_slices / C + (1 − w) × memory_slices / 8`` with ``w = 1/2`` by default and
-  ``C`` the GPU's compute slices (7; 4 on the A30 and the RTX PRO 6000 Blackwell, whose ``1g``
-  is a quarter of the GPU).
+  ``C`` the GPU's compute slices (``GpuIdentity.mig_compute_slices``: 7; 4 on the A30 and the
+  RTX PRO 6000 Blackwell, whose ``1g`` is a quarter of the GPU; 7 for a model it does not know).
   The often-proposed ``max(compute/7, memory/8)`` is rejected because it charges more than a
   whole GPU for a valid layout (3g.40gb + 4g.40gb on an H100 = 1/2 + 4/7 = 107 %); the weighted
   mean never does (Σ compute ≤ 7 and Σ memory ≤ 8 for any layout), and the slices a layout
@@ -41,7 +44,6 @@ power, which is billed from measured energy × ``energy_usd_per_kwh`` × ``pue``
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
@@ -49,7 +51,7 @@ from fractions import Fraction
 from typing import Literal, get_args
 
 from seedance.cost_ledger.core.peaks import PEAK_TFLOPS, PeakTflops, Precision
-from seedance.events.gpus import identify, name_key
+from seedance.events.gpus import MigName, identify, mig_compute_slices, name_key, parse_mig_profile
 
 __all__ = [
     "HOURS_PER_YEAR",
@@ -68,10 +70,7 @@ PricingTier = Literal["on_demand", "reserved", "spot", "on_prem"]
 SharedBilling = Literal["allocation", "measured"]
 PRICING_TIERS: tuple[str, ...] = get_args(PricingTier)
 HOURS_PER_YEAR = 8760
-MIG_COMPUTE_SLICES = 7
 MIG_MEMORY_SLICES = 8
-# ``[<c>c.]<g>g.<m>gb`` and the engine suffixes (``+me``, ``+gfx``, ``+me.all``, ``-me``).
-_MIG_PROFILE = re.compile(r"^(?:(\d)c\.)?(\d)g\.(\d+)gb(?:[+-][a-z]+(?:\.[a-z]+)?)?$")
 
 
 class PriceBookError(ValueError):
@@ -172,44 +171,36 @@ def price_summary(found: PriceLookup) -> str:
 
 
 def _compute_slices(model: str) -> int:
-    """The compute slices of ``model``'s whole GPU in MIG mode (7 where it is unknown)."""
-    got = identify(model).identity
-    return got.mig_compute_slices if got is not None else MIG_COMPUTE_SLICES
+    """The compute slices of ``model``'s whole GPU in MIG mode (the identity's)."""
+    return mig_compute_slices(identify(model).identity)
 
 
-def _profile(profile: str, slices: int) -> tuple[int | None, int, int]:
-    """``(ci compute slices or None, gi compute slices, memory GB)`` of a MIG device name."""
-    m = _MIG_PROFILE.match(profile)
-    if m is None:
-        raise PriceBookError(f"mig profile {profile!r} is not of the form '[<c>c.]<n>g.<m>gb'")
-    ci = int(m.group(1)) if m.group(1) else None
-    compute = int(m.group(2))
-    if not 1 <= compute <= slices:
+def _profile(profile: str, model: str) -> MigName:
+    """The MIG device ``profile`` names on ``model``, as the identity reads it."""
+    got = parse_mig_profile(profile)
+    if got is None:
         raise PriceBookError(
-            f"mig profile {profile!r} does not fit: {compute} of {slices} compute slices"
+            f"mig profile {profile!r} is not of the form '[<c>c.]<n>g.<m>gb' (NVIDIA's names)"
         )
-    if ci is not None and not 1 <= ci <= compute:
-        raise PriceBookError(f"mig profile {profile!r}: a {compute}g instance has no {ci}c")
-    return ci, compute, int(m.group(3))
+    misfit = got.misfit(identify(model).identity)
+    if misfit is not None:
+        raise PriceBookError(f"mig profile {profile!r} does not fit {model}: {misfit}")
+    return got
 
 
-def _mig_fraction(
-    gpu: GpuPrice, model: str, profile: str, weight: Fraction
-) -> Fraction:  # fmt: skip
-    """The MIG rule of the module docstring for ``profile`` on ``gpu``."""
+def _mig_fraction(gpu: GpuPrice, model: str, mig: MigName, weight: Fraction) -> Fraction:
+    """The MIG rule of the module docstring for ``mig`` on ``gpu``."""
     slices = _compute_slices(gpu.model if identify(gpu.model).known else model)
-    ci, compute, memory_gb = _profile(profile, slices)
     if gpu.mig_memory_gb is None:
         raise PriceBookError(f"gpu model {model!r} has no mig_memory_gb: MIG is not priced")
     # Memory slices are eighths of the GPU's memory; profile names round the GB figure
     # (H200: 1g.18gb is 141/8 = 17.6 GB), so round to the nearest slice.
-    memory = round(Fraction(memory_gb * MIG_MEMORY_SLICES, gpu.mig_memory_gb))
+    memory = round(Fraction(mig.memory_gb * MIG_MEMORY_SLICES, gpu.mig_memory_gb))
     if not 1 <= memory <= MIG_MEMORY_SLICES:
-        raise PriceBookError(
-            f"mig profile {profile!r} does not fit a {gpu.mig_memory_gb} GB {model}"
-        )
+        raise PriceBookError(f"mig profile '{mig}' does not fit a {gpu.mig_memory_gb} GB {model}")
+    compute = mig.gi_slices
     gi = weight * Fraction(compute, slices) + (1 - weight) * Fraction(memory, MIG_MEMORY_SLICES)
-    return gi * Fraction(ci, compute) if ci is not None else gi
+    return gi * Fraction(mig.ci_slices, compute) if mig.ci_slices is not None else gi
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -245,9 +236,8 @@ class PriceBook:
         )
 
     def lookup(self, name: str) -> PriceLookup:
-        """The price of ``name`` as a real system reports it (an unknown one at the fallback,
-        flagged); ``PriceBookError`` only for a MIG profile the identity reads and the book
-        cannot (``07g.80gb``), which the ledger's ``validate`` refuses naming ``gpu_model``."""
+        """The price of ``name`` as a real system reports it (an unknown one, a MIG device no
+        GPU can hold among them, at the fallback, flagged); never raises."""
         got = identify(name)
         identified = got.identity.model if got.identity is not None else None
         key = self._table_of(name, identified)
@@ -261,6 +251,11 @@ class PriceBook:
                 billed, source=f"unpriced {identified}: {why}; billed at the fallback "
                 f"({billed.source})",
             )  # fmt: skip
+        elif got.mig_misfit is not None and price is None:
+            billed = _replace_price(
+                billed, source=f"unknown GPU {name.strip()!r}: {got.mig_misfit}; billed at the "
+                f"fallback ({billed.source})",
+            )  # fmt: skip
         return PriceLookup(
             name=name,
             model=f"{base}-MIG-{profile}" if profile else base,
@@ -268,7 +263,7 @@ class PriceBook:
             price=billed,
             fallback=price is None,
             mig_profile=profile,
-            share=self._device_share(billed, base, profile),
+            share=self._device_share(billed, base, got.mig),
             unpriced=why,
         )
 
@@ -282,15 +277,15 @@ class PriceBook:
             return by_alias
         return name.strip() if name.strip() in self.gpus else None
 
-    def _device_share(self, price: GpuPrice, model: str, profile: str | None) -> Fraction:
+    def _device_share(self, price: GpuPrice, model: str, mig: MigName | None) -> Fraction:
         """A MIG device named as a GPU (GFD's single strategy) costs its share of the parent;
         a parent without a MIG memory figure (the fallback) is charged its compute share."""
-        if profile is None:
+        if mig is None:
             return Fraction(1)
         try:
-            return _mig_fraction(price, model, profile, self.mig_compute_weight)
+            return _mig_fraction(price, model, mig, self.mig_compute_weight)
         except PriceBookError:
-            return _compute_share(profile, _compute_slices(model))
+            return _compute_share(mig, _compute_slices(model))
 
     def model_of(self, name: str) -> str:
         """The key ``name``'s lines carry (see ``PriceLookup.model``)."""
@@ -333,18 +328,19 @@ class PriceBook:
         peak = found.price.peak or PEAK_TFLOPS.get(base)
         if peak is None:
             return None
-        slices = _compute_slices(base)
-        scale = _compute_share(found.mig_profile, slices) if found.mig_profile else Fraction(1)
+        mig = identify(model).mig
+        scale = _compute_share(mig, _compute_slices(base)) if mig else Fraction(1)
         return peak.at(self.peak_precision) * scale, peak.assumed
 
     def mig_fraction(self, model: str, profile: str) -> Fraction:
         """Fraction of one physical GPU a MIG instance is charged for (see module docstring)."""
         found = self.lookup(model)
+        mig = _profile(profile, found.identified or model)
         if found.fallback:
             # A GPU the book does not price: its memory is unknown, so only the compute share
             # is charged (the profile is still checked).
-            return _compute_share(profile, _compute_slices(model))
-        return _mig_fraction(found.price, model, profile, self.mig_compute_weight)
+            return _compute_share(mig, _compute_slices(model))
+        return _mig_fraction(found.price, model, mig, self.mig_compute_weight)
 
     def assumptions(self, models: Iterable[str] | None = None) -> list[str]:
         """Human lines naming every figure of this book (or of ``models``) that is assumed."""
@@ -374,10 +370,9 @@ class PriceBook:
         return out
 
 
-def _compute_share(profile: str, slices: int = MIG_COMPUTE_SLICES) -> Fraction:
+def _compute_share(mig: MigName, slices: int) -> Fraction:
     """The compute a MIG device holds of its GPU's ``slices`` (a CI: its own slices)."""
-    ci, compute, _memory = _profile(profile, slices)
-    return Fraction(ci if ci is not None else compute, slices)
+    return Fraction(mig.compute_slices, slices)
 
 
 def _replace_price(g: GpuPrice, **changes: object) -> GpuPrice:

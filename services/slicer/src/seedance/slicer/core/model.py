@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from seedance.events.gpus import ModelMatch, match_models
+from seedance.events.gpu_requests import ModelMatch, match_models
 
 __all__ = [
     "GPU_MILLI",

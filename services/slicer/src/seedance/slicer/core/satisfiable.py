@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from seedance.events.gpus import match_models
+from seedance.events.gpu_requests import match_models
 from seedance.slicer.core.inputs import GpuSpec, JobSpec, NodeSpec
 from seedance.slicer.core.mig import mig_model, profiles
 
