@@ -174,6 +174,36 @@ def test_a_name_nvidia_does_not_write_is_no_mig_profile(text: str) -> None:
     assert gpus.parse_mig_profile(text) is None
 
 
+@pytest.mark.parametrize(
+    ("label", "model", "device"),
+    [
+        ("NVIDIA-A100-SXM4-80GB-MIG-1g.10gb.me", "A100-SXM4-80GB", "1g.10gb+me"),
+        ("NVIDIA-H200-MIG-1g.18gb.me", "H200-SXM-141GB", "1g.18gb+me"),
+        ("NVIDIA-A30-MIG-2g.12gb.me", "A30-PCIE-24GB", "2g.12gb+me"),
+        ("NVIDIA-A100-SXM4-80GB-MIG-1g.10gb.me-SHARED", "A100-SXM4-80GB", "1g.10gb+me"),
+    ],
+)
+def test_the_device_plugin_s_dotted_engine_suffix_is_nvidias_plus(
+    label: str, model: str, device: str
+) -> None:
+    """GPU feature discovery's product label writes the profile as the device plugin names the
+    resource, ``+`` as ``.`` (k8s-device-plugin ``nvmlMigDevice.GetName``): these were unknown
+    and billed as a whole GPU at the fallback (review of 2026-12-07)."""
+    got = identify(label)
+    assert got.identity is not None
+    assert (got.identity.model, got.mig_device, got.mig_misfit) == (model, device, None)
+    assert str(gpus.parse_mig_profile(device.replace("+", "."))) == device
+
+
+def test_a_number_past_any_mig_part_is_no_profile_and_raises_nothing() -> None:
+    """Digits beyond four are no profile; a 5,000-digit one cost ``int`` its digit limit (a
+    ValueError out of ``identify``, which the bridge and the slicer call)."""
+    assert gpus.parse_mig_profile("1g.10000gb") is None
+    got = identify("NVIDIA A100-SXM4-80GB MIG 1g." + "9" * 5000 + "gb")
+    assert got.identity is None
+    assert got.mig_misfit is not None
+
+
 def test_the_published_mig_tables_are_the_gpus_own() -> None:
     tabled = {g.model: g for g in gpus.GPU_MODELS if g.mig_profiles}
     assert {"A30-PCIE-24GB", "A100-SXM4-40GB", "A100-PCIE-80GB", "H100-SXM5-80GB",

@@ -322,3 +322,25 @@ def test_the_allocation_answer_carries_the_recommendations_when_asked() -> None:
     refused = allocation(lines, query, tenant="acme", as_of_seq=9)
     assert isinstance(refused, AllocationRefusal)
     assert refused.parameter == "rightsize"
+
+
+def test_a_media_extension_mig_job_is_sized_like_its_plain_profile() -> None:
+    """``1g.10gb+me`` (the slicer places it; the bus allows it) was read by splitting the name
+    by hand: ``int('10gb+me')`` ended the whole fleet's report (review of 2026-12-07)."""
+    recs = {}
+    for profile in ("1g.10gb", "1g.10gb+me"):
+        alloc = _alloc(profile, (0,), kind="mig", profile=profile, model="A100-SXM4-80GB")
+        recs[profile] = recommend(job_uses(_run_job([[(0, 0.01, GIB)]], alloc))[0], BOOK)
+    plain, me = recs["1g.10gb"], recs["1g.10gb+me"]
+    assert me.current == "MIG 1g.10gb+me"
+    assert (me.recommended, me.saving_usd_micro) == (plain.recommended, plain.saving_usd_micro)
+
+
+def test_a_mig_job_s_activity_is_read_against_its_gpu_s_own_slices() -> None:
+    """An A30 has 4 compute slices: its ``1g.6gb`` holds a quarter of the GPU's activity, not
+    a seventh (the old reading said the job held 14 % of a GPU while it measured 20 %)."""
+    alloc = _alloc("a30", (0,), kind="mig", profile="1g.6gb", model="A30")
+    rec = recommend(job_uses(_run_job([[(0, 0.2, GIB)]], alloc))[0], BOOK)
+    assert rec.current == "MIG 1g.6gb"
+    assert rec.recommended is None  # its peak and headroom need what it holds
+    assert rec.capacity_activity_ppm == 250_000

@@ -420,8 +420,13 @@ def families() -> tuple[str, ...]:
 # guide's table; NVIDIA mig-parted's config names ``1g.24gb-me``, ``1g.24gb+me.all``). Numbers
 # are written without leading zeros; anything else (``07g.80gb``, ``1g.10gb+foo``) is no name
 # NVIDIA gives.
+# Numbers of at most four digits (no MIG part has more than 7 slices or 9,999 GB: a longer one
+# would only cost ``int`` its 4,300-digit limit). NVIDIA's device plugin and GPU feature discovery
+# write ``+`` as ``.`` (a label or resource name has no ``+``: k8s-device-plugin
+# internal/resource/nvml-mig-device.go, ``GetName``), so ``1g.10gb.me`` is ``1g.10gb+me``.
 _MIG_NAME = re.compile(
-    r"^(?:(0|[1-9]\d*)c\.)?(0|[1-9]\d*)g\.(0|[1-9]\d*)gb(\+me|\+me\.all|\+gfx|-me)?$"
+    r"^(?:(0|[1-9]\d{0,3})c\.)?(0|[1-9]\d{0,3})g\.(0|[1-9]\d{0,3})gb"
+    r"([+.]me\.all|[+.]me|[+.]gfx|-me)?$"
 )
 _NOT_A_PROFILE = (
     "is not a MIG profile as NVIDIA names them ('[<c>c.]<g>g.<m>gb[+me|+me.all|+gfx|-me]')"
@@ -488,14 +493,16 @@ class MigName:
 
 def parse_mig_profile(text: str) -> MigName | None:
     """The MIG device ``text`` names as NVIDIA writes MIG names (``3g.40gb``, ``1c.3g.20gb``,
-    ``1g.10gb+me``, ``1g.24gb-me``; any case, no ``MIG`` word), or None where it is written
+    ``1g.10gb+me``, ``1g.24gb-me``; the device plugin's ``1g.10gb.me`` as ``1g.10gb+me``; any
+    case, no ``MIG`` word), or None where it is written
     otherwise. Whether a GPU can hold it is ``MigName.misfit``: ``0c.3g.40gb`` and
     ``9g.80gb`` are read here and fit no GPU there."""
     m = _MIG_NAME.match(text.strip().lower())
     if m is None:
         return None
     ci, g, memory, engines = m.groups()
-    return MigName(int(g), int(memory), int(ci) if ci is not None else None, engines or "")
+    engines = "+" + engines[1:] if engines and engines[0] == "." else (engines or "")
+    return MigName(int(g), int(memory), int(ci) if ci is not None else None, engines)
 
 
 def mig_compute_slices(gpu: GpuIdentity | None) -> int:

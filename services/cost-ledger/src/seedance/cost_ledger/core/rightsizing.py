@@ -33,7 +33,7 @@ from typing import get_args
 
 from seedance.cost_ledger.core.money import round_micro
 from seedance.cost_ledger.core.pricebook import PriceBook, PricingTier
-from seedance.events.gpus import identify
+from seedance.events.gpus import identify, mig_compute_slices, parse_mig_profile
 from seedance.reports.rightsizing import JobUse, Recommendation
 
 __all__ = [
@@ -138,10 +138,14 @@ def _current(use: JobUse, book: PriceBook) -> SizeOption:
         return _share(use.milli, gpu_mib)
     if use.kind == "mig":
         fraction = book.mig_fraction(use.gpu_model, use.mig_profile)
+        mig = parse_mig_profile(use.mig_profile or "")
+        if mig is None:  # the ledger's input check refuses such a line: never billed
+            raise ValueError(f"mig_profile {use.mig_profile!r} is not a MIG profile")
+        slices = mig_compute_slices(identify(use.gpu_model).identity)
         return SizeOption(
             label=f"MIG {use.mig_profile}", kind="mig", fraction=fraction,
-            activity_ppm=Fraction(int(use.mig_profile.split("g.")[0]) * _PPM, 7),
-            mem_mib=_gb_to_mib(int(use.mig_profile.split("g.")[1].removesuffix("gb"))),
+            activity_ppm=Fraction(mig.compute_slices * _PPM, slices),
+            mem_mib=_gb_to_mib(mig.memory_gb),
         )  # fmt: skip
     return _whole(use.gpus, gpu_mib)
 

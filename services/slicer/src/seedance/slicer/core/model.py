@@ -7,8 +7,8 @@ request / placement / rejection values that cross the core's boundary.
 It must not decide where anything goes (that is `policies`), read clocks, or do I/O.
 
 A request's `gpu_models` are matched against the nodes' model names by the one GPU identity
-(`seedance.events.gpus.match_models`, `models_accept`): `t4` accepts a node whose GPUs report
-`T4` or `Tesla T4`, `a100` any A100, `a100-80gb` an 80 GB one, never by exact string alone.
+(`seedance.events.gpu_requests.match_models`, `models_accept`): `t4` accepts a node whose GPUs
+report `T4` or `Tesla T4`, `a100` any A100, `a100-80gb` an 80 GB one, never by exact string alone.
 
 A GPU's capacity is 1000 milli-shares. A whole-GPU request takes 1000 on each of its GPUs; a
 shared request (time-slicing / MPS) takes `gpu_milli` < 1000 on exactly one GPU. Nodes have at

@@ -13,7 +13,7 @@ bound known, so it never makes a gang unsatisfiable). Judged against node *types
 count and memory, CPU, memory, MIG), a fleet of thousands costs a few comparisons per type.
 
 Pure: no clock, no I/O; it must not place anything (`policies`, `queue` and `mig_pool` do).
-GPU names go through the one GPU identity (`seedance.events.gpus.match_models`), so `t4`
+GPU names go through the one GPU identity (`seedance.events.gpu_requests.match_models`), so `t4`
 matches a fleet's `T4` and `b200` is answered with the models the fleet has.
 """
 
