@@ -339,8 +339,8 @@ def test_an_unknown_qualifier_is_not_dropped() -> None:
 def test_the_public_surface_is_pinned() -> None:
     assert sorted(gpus.__all__) == [
         "GKE_ACCELERATORS", "GPU_MODELS", "GpuIdentity", "MigName", "ReportedGpu",
-        "canonical_model", "families", "identify", "mig_compute_slices", "name_key",
-        "parse_mig_profile",
+        "canonical_model", "families", "identify", "mig_compute_slices",
+        "mig_profile_of_resource", "mig_resource_suffix", "name_key", "parse_mig_profile",
     ]  # fmt: skip
     assert sorted(gpu_requests.__all__) == ["ModelMatch", "match_models"]
 

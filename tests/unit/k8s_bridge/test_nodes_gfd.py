@@ -13,6 +13,7 @@ from seedance.core import WallClock
 from seedance.events import derived_event_id
 from seedance.events.telemetry import NodeInventory, NodeState
 from seedance.k8s_bridge.cluster_view import ClusterView
+from seedance.k8s_bridge.core import nodes
 from seedance.k8s_bridge.core.nodes import UndescribedNode, node_inventory
 from seedance.k8s_bridge.core.tracker import Action, Publish, Tracker
 from seedance.k8s_bridge.metrics import BridgeMetrics
@@ -306,3 +307,12 @@ def test_a_deleted_node_whose_pool_label_is_no_token_is_still_published_removed(
     assert (removed.event.node, removed.event.state, removed.event.pool) == (
         "gpu-1", NodeState.REMOVED, "default",
     )  # fmt: skip
+
+
+def test_a_media_extension_profile_s_instances_are_counted_under_nvidias_name() -> None:
+    """The device plugin's ``nvidia.com/mig-1g.10gb.me`` and GFD's ``...me.count`` are the
+    instances of ``1g.10gb+me`` (a resource or label name has no ``+``)."""
+    status = {"allocatable": {"nvidia.com/mig-1g.10gb.me": "2", "nvidia.com/mig-3g.40gb": "1"}}
+    assert nodes._mig_instances(status, {}) == {"1g.10gb+me": 2, "3g.40gb": 1}
+    labels = {"nvidia.com/mig-1g.10gb.me.count": "3"}
+    assert nodes._mig_instances({}, labels) == {"1g.10gb+me": 3}

@@ -269,3 +269,11 @@ def test_the_submit_event_carries_what_the_pod_said_about_moving() -> None:
     a = asked(pod(annotations={"seedance.io/movable": "true", "seedance.io/restart-s": "90"}))
     ev = submit_event(a, "k8s:u", 1, 0, datetime(2026, 1, 1, tzinfo=UTC), None).event
     assert (ev.movable, ev.restart_s) == (True, 90.0)  # type: ignore[attr-defined]
+
+
+def test_a_mig_instance_with_media_extensions_as_the_device_plugin_names_it() -> None:
+    """``nvidia.com/mig-1g.10gb.me`` (the plugin writes ``+`` as ``.``) asks for the profile
+    NVIDIA names ``1g.10gb+me``, the name the slicer and the ledger read."""
+    a = asked(pod(limits={"nvidia.com/mig-1g.10gb.me": 1}))
+    assert a.request.mig_profile == "1g.10gb+me"
+    assert a.request.gpus == 1

@@ -25,6 +25,7 @@ from seedance.events.slicing import (
     PlacementKind,
 )
 from seedance.events.telemetry import GpuSampleBatch, NodeInventory
+from seedance.node_agent.core.placement import NodeDevices
 from seedance.node_agent.core.simulated import (
     SimulatedGpus,
     parse_mig_layout,
@@ -213,3 +214,16 @@ async def test_an_inventory_that_failed_is_re_sent_as_the_same_event() -> None:
     assert first.cpu_milli == 8000
     assert again.id != first.id
     assert again.at == T0 + timedelta(seconds=10)
+
+
+def test_a_media_extension_profile_is_served_under_the_device_plugin_s_resource_name() -> None:
+    """A resource name has no ``+``: NVIDIA's device plugin serves ``1g.10gb+me`` as
+    ``nvidia.com/mig-1g.10gb.me``, and an agent configured with that resource served nothing
+    (it compared ``1g.10gb.me`` with NVML's ``1g.10gb+me``)."""
+    d = NodeDevices(
+        gpus={0: "GPU-0"},
+        mig={("GPU-0", "1g.10gb+me", 0): "MIG-a", ("GPU-0", "1g.10gb", 1): "MIG-b"},
+        mig_enabled=frozenset({0}),
+    )
+    assert [p.uuid for p in advertised("nvidia.com/mig-1g.10gb.me", d)] == ["MIG-a"]
+    assert [p.uuid for p in advertised("nvidia.com/mig-1g.10gb", d)] == ["MIG-b"]

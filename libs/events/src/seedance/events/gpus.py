@@ -44,6 +44,8 @@ __all__ = [
     "families",
     "identify",
     "mig_compute_slices",
+    "mig_profile_of_resource",
+    "mig_resource_suffix",
     "name_key",
     "parse_mig_profile",
 ]
@@ -503,6 +505,19 @@ def parse_mig_profile(text: str) -> MigName | None:
     ci, g, memory, engines = m.groups()
     engines = "+" + engines[1:] if engines and engines[0] == "." else (engines or "")
     return MigName(int(g), int(memory), int(ci) if ci is not None else None, engines)
+
+
+def mig_profile_of_resource(suffix: str) -> str:
+    """The MIG profile a device plugin resource or GFD label names after ``nvidia.com/mig-``:
+    ``1g.10gb.me`` is ``1g.10gb+me`` (a resource name has no ``+``, so the plugin writes ``.``).
+    A suffix that is no MIG name comes back as written, for its reader to refuse by name."""
+    mig = parse_mig_profile(suffix)
+    return str(mig) if mig is not None else suffix
+
+
+def mig_resource_suffix(profile: str) -> str:
+    """What follows ``nvidia.com/mig-`` in the resource serving ``profile`` (``+`` as ``.``)."""
+    return profile.replace("+", ".")
 
 
 def mig_compute_slices(gpu: GpuIdentity | None) -> int:

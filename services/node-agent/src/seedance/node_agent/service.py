@@ -35,6 +35,7 @@ from seedance.core.clock import Clock
 from seedance.core.entry import start_service
 from seedance.core.logs import get_logger
 from seedance.events.codec import DecodeError, decode
+from seedance.events.gpus import mig_profile_of_resource
 from seedance.events.slicing import MigLayoutPlan
 from seedance.events.subjects import slicing, telemetry
 from seedance.events.tokens import kube_node_token
@@ -102,8 +103,9 @@ def advertised(resource: str, devices: NodeDevices) -> list[PluginDevice]:
         ]
     if resource.startswith("nvidia.com/mig-") or resource == RES_MIG:
         # seedance.io/mig: an instance of any profile (the slicer's placement names which one:
-        # the SlicingPolicy's default profile); nvidia.com/mig-<profile>: of that profile.
-        profile = resource.removeprefix("nvidia.com/mig-")
+        # the SlicingPolicy's default profile); nvidia.com/mig-<profile>: of that profile (as
+        # NVML names it: the resource's 1g.10gb.me is 1g.10gb+me).
+        profile = mig_profile_of_resource(resource.removeprefix("nvidia.com/mig-"))
         return [
             PluginDevice(id=uuid, kind=DeviceKind.MIG, uuid=uuid, gpu_uuid=parent)
             for (parent, prof, _slot), uuid in sorted(devices.mig.items())

@@ -59,7 +59,7 @@ import msgspec
 
 from seedance.events.base import derived_event_id
 from seedance.events.gpus import GKE_ACCELERATORS as _GKE_ACCELERATORS
-from seedance.events.gpus import identify
+from seedance.events.gpus import identify, mig_profile_of_resource
 from seedance.events.telemetry import GpuInfo, NodeInventory, NodeState
 from seedance.events.tokens import InvalidToken, check_token, kube_node_token
 from seedance.k8s_bridge.core import keys
@@ -269,15 +269,18 @@ def _gke_mib(labels: Json, product: str) -> int:
 
 def _mig_instances(status: Json, labels: Json) -> dict[str, int]:
     """The MIG instances served per profile under the mixed strategy: the device plugin's
-    ``nvidia.com/mig-<profile>`` resources, else GFD's ``nvidia.com/mig-<profile>.count``."""
+    ``nvidia.com/mig-<profile>`` resources, else GFD's ``nvidia.com/mig-<profile>.count`` (the
+    profile as NVIDIA writes it: the resource's ``1g.10gb.me`` is ``1g.10gb+me``)."""
     out: dict[str, int] = {}
     for res in {**(status.get("capacity") or {}), **(status.get("allocatable") or {})}:
         if res.startswith(keys.MIG_PREFIX):
-            out[res.removeprefix(keys.MIG_PREFIX)] = int(parse_quantity(_resource(status, res)))
+            profile = mig_profile_of_resource(res.removeprefix(keys.MIG_PREFIX))
+            out[profile] = int(parse_quantity(_resource(status, res)))
     if not out:
         for label in labels:
             if label.startswith(keys.MIG_PREFIX) and label.endswith(".count"):
-                profile = label.removeprefix(keys.MIG_PREFIX).removesuffix(".count")
+                suffix = label.removeprefix(keys.MIG_PREFIX).removesuffix(".count")
+                profile = mig_profile_of_resource(suffix)
                 out[profile] = _int_label(labels, label, 0)
     return {p: n for p, n in out.items() if n > 0}
 

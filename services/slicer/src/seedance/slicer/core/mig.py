@@ -30,7 +30,7 @@ import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from seedance.events.gpus import identify
+from seedance.events.gpus import identify, mig_resource_suffix
 
 __all__ = [
     "COMPUTE_SLICES",
@@ -94,7 +94,7 @@ class MigProfile:
     @property
     def resource_name(self) -> str:
         """The Kubernetes extended resource of this profile under the "mixed" MIG strategy."""
-        return f"nvidia.com/mig-{self.name}"
+        return f"nvidia.com/mig-{mig_resource_suffix(self.name)}"
 
 
 # (profile_id, compute slices, memory slices, start slots, max count, media extensions); the
