@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 from urllib.parse import urlparse
 
@@ -110,6 +110,25 @@ async def proxied_bus(nats_url: str, subject: str) -> AsyncIterator[tuple[Bus, H
         await proxy.stop()
 
 
+async def returns_once_the_held_sub_is_read(proxy: HoldingProxy, call: Awaitable[Any]) -> None:
+    """``call`` (which subscribes) must not return while the proxy holds its SUB, and must
+    have asked behind it (a PING) for the proof that the server has it; released, it returns."""
+    task = asyncio.ensure_future(call)
+    try:
+        await eventually(
+            lambda: task.done() or proxy.ping_behind_the_sub,
+            what="the call returned or its PING queued behind the SUB",
+        )
+        assert not task.done(), "returned before the server had the SUB"
+        await proxy.release()
+        async with asyncio.timeout(10):
+            await task
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
 async def test_subscribe_returns_once_the_server_holds_the_subscription(
     nats_url: str, bus: Bus, unique: str
 ) -> None:
@@ -120,22 +139,7 @@ async def test_subscribe_returns_once_the_server_holds_the_subscription(
         got.append(msg.data)
 
     async with proxied_bus(nats_url, subject) as (subscriber, proxy):
-        subscribing = asyncio.create_task(subscriber.subscribe(subject, on_msg))
-        try:
-            # The SUB is held: subscribe must not have returned, and the client must have
-            # asked behind it (a PING) for the proof that the server has it.
-            await eventually(
-                lambda: subscribing.done() or proxy.ping_behind_the_sub,
-                what="subscribe returned or its PING queued behind the SUB",
-            )
-            assert not subscribing.done(), "subscribe returned before the server had the SUB"
-            await proxy.release()
-            async with asyncio.timeout(10):
-                await subscribing
-        finally:
-            subscribing.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await subscribing
+        await returns_once_the_held_sub_is_read(proxy, subscriber.subscribe(subject, on_msg))
         # Published from another connection right after: delivered.
         await bus.nc.publish(subject, b"plan")
         await eventually(lambda: got == [b"plan"], what="the message delivered")
@@ -188,20 +192,7 @@ async def test_flushed_returns_once_the_server_has_read_what_was_written_before_
             subs.append(await nc.subscribe(subject))
             await flushed(nc)
 
-        flushing = asyncio.create_task(subscribe_then_flushed())
-        try:
-            await eventually(
-                lambda: flushing.done() or proxy.ping_behind_the_sub,
-                what="flushed returned or its PING queued behind the SUB",
-            )
-            assert not flushing.done(), "flushed returned before the server had the SUB"
-            await proxy.release()
-            async with asyncio.timeout(10):
-                await flushing
-        finally:
-            flushing.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await flushing
+        await returns_once_the_held_sub_is_read(proxy, subscribe_then_flushed())
         await bus.nc.publish(subject, b"plan")
         msg = await subs[0].next_msg(timeout=10)
         assert msg.data == b"plan"
