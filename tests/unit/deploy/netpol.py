@@ -22,6 +22,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from seedance.testing.kube_api.disruption import selects as label_selects
+
 __all__ = ["Destination", "Source", "egress_allowed", "policy_types", "selects"]
 
 
@@ -50,23 +52,9 @@ class Destination:
 
 
 def selects(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
-    """A metav1.LabelSelector against ``labels`` (``{}`` selects everything)."""
-    if selector is None:
-        return False
-    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
-        return False
-    for req in selector.get("matchExpressions") or []:
-        key, op, values = req["key"], req["operator"], req.get("values") or []
-        if op == "In" and labels.get(key) not in values:
-            return False
-        if op == "NotIn" and key in labels and labels[key] in values:
-            return False
-        if op == "Exists" and key not in labels:
-            return False
-        if op == "DoesNotExist" and key in labels:
-            return False
-        assert op in {"In", "NotIn", "Exists", "DoesNotExist"}, req
-    return True
+    """A metav1.LabelSelector against ``labels`` (``{}`` selects everything; an absent one,
+    None, nothing: a peer without a pod or namespace selector is not that kind of peer)."""
+    return selector is not None and label_selects(dict(selector), dict(labels))
 
 
 def policy_types(spec: Mapping[str, Any]) -> list[str]:
