@@ -15,6 +15,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 import nats
+import nats.errors
+import pytest
 from nats.aio.msg import Msg
 
 from seedance.core import Bus, BusSettings
@@ -22,6 +24,7 @@ from seedance.core.barrier import flushed
 from seedance.testing.identities import password
 from seedance.testing.nats_proxy import pipe
 from seedance.testing.waits import eventually
+from tests.conftest import shipped_test_server
 
 
 class HoldingProxy:
@@ -196,3 +199,25 @@ async def test_flushed_returns_once_the_server_has_read_what_was_written_before_
         await bus.nc.publish(subject, b"plan")
         msg = await subs[0].next_msg(timeout=10)
         assert msg.data == b"plan"
+
+
+async def test_flushed_refuses_while_the_connection_is_reconnecting() -> None:
+    """nats-py's ``flush`` returns at once while reconnecting, having sent nothing (its read
+    and flush tasks are stopped): ``flushed`` says so (a transient error the caller retries)
+    rather than report a barrier no server answered (review of 2026-12-07)."""
+    server = shipped_test_server()
+    nc = await nats.connect(
+        server.url, name="test-admin", user="admin", password=password("admin"),
+        max_reconnect_attempts=-1, reconnect_time_wait=30,
+    )  # fmt: skip
+    try:
+        server.stop()
+        await eventually(lambda: nc.is_reconnecting, what="the client reconnecting")
+        await nc.subscribe("plans.held")
+        with pytest.raises(nats.errors.ConnectionReconnectingError):
+            await flushed(nc)
+        assert nc.is_reconnecting  # and the connection is left to its reconnect loop
+    finally:
+        with contextlib.suppress(ConnectionResetError):  # nats-py drains the lost socket
+            await nc.close()
+        server.stop()

@@ -263,6 +263,7 @@ async def test_an_answer_goes_only_to_the_askers_own_inbox(auth_url: str, admin:
         asked.append(msg.reply)
 
     await admin.nc.subscribe(api.allocation("acme"), cb=heard)
+    await flushed(admin.nc)  # the server holds both before another connection asks
     service, api_ = replica(auth_url, "alloc-r")
     acme = await Bus.connect(
         BusSettings(url=auth_url, user="tenant-acme", password=password("tenant-acme"),

@@ -348,3 +348,16 @@ def test_the_public_surface_is_pinned() -> None:
 def test_name_key_compares_any_name_without_resolving_it() -> None:
     assert gpus.name_key("gpu_series 1") == gpus.name_key("GPU-series-1") == "GPU-SERIES-1"
     assert gpus.name_key("NVIDIA-A100-SXM4-80GB-MIG-3g.40gb") == "A100-SXM4-80GB"
+
+
+@pytest.mark.parametrize(
+    ("suffix", "profile"),
+    [("1g.10gb.me", "1g.10gb+me"), ("3g.40gb", "3g.40gb"), ("1g.24gb.me.all", "1g.24gb+me.all"),
+     ("1G.10GB", "1G.10GB"), ("1g.10gb+me", "1g.10gb+me"), ("junk", "junk")],
+)  # fmt: skip
+def test_a_resource_suffix_is_read_only_as_the_device_plugin_spells_it(
+    suffix: str, profile: str
+) -> None:
+    """The plugin's ``1g.10gb.me`` is NVIDIA's ``1g.10gb+me``; any other spelling is kept as
+    written for its reader to refuse (``1G.10GB`` and ``1g.10gb`` are never merged)."""
+    assert gpus.mig_profile_of_resource(suffix) == profile

@@ -117,6 +117,9 @@ def test_a_mig_instance_of_the_default_profile() -> None:
         {"nvidia.com/mig-3g.40gb": 2},
         {"nvidia.com/mig-3g.40gb": 1, "nvidia.com/mig-1g.10gb": 1},
         {"nvidia.com/mig-3g.40gb": 1, "nvidia.com/gpu": 1},
+        # two spellings of one profile stay two (only the plugin's own spelling is read)
+        {"nvidia.com/mig-1g.10gb": 1, "nvidia.com/mig-1G.10GB": 1},
+        {"nvidia.com/mig-1g.10gb.me": 1, "nvidia.com/mig-1g.10gb+me": 1},
     ],
 )
 def test_mig_requests_are_one_instance_of_one_profile(limits: dict[str, Any]) -> None:

@@ -17,6 +17,8 @@ from seedance.cost_ledger.allocation_api import AllocationApi
 
 
 class _Nc:
+    is_connected = True  # a connection up: its flushes are answered or time out
+
     def __init__(self, unanswered: int) -> None:
         self.unanswered, self.flushes = unanswered, 0
 

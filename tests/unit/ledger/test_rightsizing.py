@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from fractions import Fraction
 
+import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -27,7 +28,12 @@ from seedance.cost_ledger.core import (
     recommend,
 )
 from seedance.cost_ledger.core.mapping import to_bus
-from seedance.cost_ledger.core.rightsizing import HEADROOM, HOURS_PER_MONTH, options
+from seedance.cost_ledger.core.rightsizing import (
+    HEADROOM,
+    HOURS_PER_MONTH,
+    options,
+    recommend_all,
+)
 from seedance.events import decode, encode
 from seedance.events.gpus import identify
 from seedance.reports import (
@@ -344,3 +350,21 @@ def test_a_mig_job_s_activity_is_read_against_its_gpu_s_own_slices() -> None:
     assert rec.current == "MIG 1g.6gb"
     assert rec.recommended is None  # its peak and headroom need what it holds
     assert rec.capacity_activity_ppm == 250_000
+
+
+def test_a_line_whose_request_cannot_be_read_gets_its_own_verdict_not_the_report_s_end() -> None:
+    """A MIG line stored before its profile was checked against the GPU (``7g.10gb`` on an
+    80 GB A100 was billed 9/16 until this release) has no price now: that job's row says so,
+    and every other job is still recommended (the fleet's report ended on it, review of
+    2026-12-07)."""
+    stored = JobUse(
+        tenant="t", job_id="old", gpu_model="NVIDIA A100-SXM4-80GB", pricing_tier="on_demand",
+        kind="mig", gpus=1, milli=1000, mig_profile="7g.10gb", windows=1, measured_windows=1,
+        samples=1, peak_activity_ppm=1000, peak_mem_mib=100,
+    )  # fmt: skip
+    fine = msgspec.structs.replace(stored, job_id="new", mig_profile="1g.10gb")
+    old, new = recommend_all([stored, fine], BOOK)
+    assert old.recommended is None
+    assert old.reason.startswith("its request cannot be read")
+    assert "7g.10gb" in old.reason
+    assert new.current == "MIG 1g.10gb"

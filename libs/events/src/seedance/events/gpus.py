@@ -512,7 +512,10 @@ def mig_profile_of_resource(suffix: str) -> str:
     ``1g.10gb.me`` is ``1g.10gb+me`` (a resource name has no ``+``, so the plugin writes ``.``).
     A suffix that is no MIG name comes back as written, for its reader to refuse by name."""
     mig = parse_mig_profile(suffix)
-    return str(mig) if mig is not None else suffix
+    profile = str(mig) if mig is not None else suffix
+    # only the plugin's own spelling is read (``1G.10GB`` is kept: two spellings of one profile
+    # in a pod stay two, refused as such, never merged)
+    return profile if mig_resource_suffix(profile) == suffix else suffix
 
 
 def mig_resource_suffix(profile: str) -> str:

@@ -32,7 +32,7 @@ from fractions import Fraction
 from typing import get_args
 
 from seedance.cost_ledger.core.money import round_micro
-from seedance.cost_ledger.core.pricebook import PriceBook, PricingTier
+from seedance.cost_ledger.core.pricebook import PriceBook, PriceBookError, PricingTier
 from seedance.events.gpus import identify, mig_compute_slices, parse_mig_profile
 from seedance.reports.rightsizing import JobUse, Recommendation
 
@@ -161,7 +161,10 @@ def recommend(use: JobUse, book: PriceBook) -> Recommendation:
     if not book.knows(use.gpu_model):
         return _verdict(use, tier, f"GPU model {use.gpu_model!r} is not in the price book")
     rate = book.usd_per_gpu_hour(use.gpu_model, tier)
-    now = _current(use, book)
+    try:
+        now = _current(use, book)
+    except (PriceBookError, ValueError) as exc:  # a line stored before its request was refused
+        return _verdict(use, tier, f"its request cannot be read: {exc}")
     if not use.measured_windows:
         return _verdict(use, tier, "not measured: no sample in its windows", now, rate)
     if book.gpu(use.gpu_model).gpu_memory_gb is None:

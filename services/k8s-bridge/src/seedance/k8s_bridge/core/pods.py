@@ -22,7 +22,7 @@ from typing import Any
 
 import msgspec
 
-from seedance.events.gpus import mig_profile_of_resource, mig_resource_suffix
+from seedance.events.gpus import mig_profile_of_resource
 from seedance.events.jobs import MAX_GANG_SIZE, JobKind, JobSubmitted, ResourceRequest
 from seedance.events.pod_requests import ContainerRole, containers_of, pod_resources
 from seedance.events.tokens import check_tenant
@@ -169,11 +169,7 @@ def tenant_for(
 
 def _gpu_fields(res: Mapping[str, Fraction]) -> dict[str, Any] | str:
     """The request's GPU fields from the GPU resources, or why they make no request."""
-    migs = {  # the profile as NVIDIA writes it: the resource's 1g.10gb.me is 1g.10gb+me
-        mig_profile_of_resource(n.removeprefix(keys.MIG_PREFIX)): q
-        for n, q in res.items()
-        if n.startswith(keys.MIG_PREFIX)
-    }
+    migs = {n[len(keys.MIG_PREFIX) :]: q for n, q in res.items() if n.startswith(keys.MIG_PREFIX)}
     gpus = to_count(res[keys.RES_GPU], keys.RES_GPU) if keys.RES_GPU in res else None
     milli = (
         to_count(res[keys.RES_GPU_MILLI], keys.RES_GPU_MILLI) if keys.RES_GPU_MILLI in res else None
@@ -198,15 +194,15 @@ def _gpu_fields(res: Mapping[str, Fraction]) -> dict[str, Any] | str:
         if len(migs) > 1 or gpus or milli is not None:
             return (
                 f"a MIG request asks for one instance of one profile and nothing else, got "
-                f"{sorted(keys.MIG_PREFIX + mig_resource_suffix(p) for p in migs)}"
+                f"{sorted(keys.MIG_PREFIX + p for p in migs)}"
                 + (f" with {keys.RES_GPU}={gpus}" if gpus else "")
                 + (f" with {keys.RES_GPU_MILLI}={milli}" if milli is not None else "")
             )
         ((profile, count),) = migs.items()
         if count != 1:
-            resource = keys.MIG_PREFIX + mig_resource_suffix(profile)
-            return f"{resource}={float(count):g}: one MIG instance per pod"
-        return {"gpus": 1, "mig_profile": profile, "gpu_mem_mib": mem}
+            return f"{keys.MIG_PREFIX}{profile}={float(count):g}: one MIG instance per pod"
+        # the profile as NVIDIA writes it: the device plugin's resource 1g.10gb.me is 1g.10gb+me
+        return {"gpus": 1, "mig_profile": mig_profile_of_resource(profile), "gpu_mem_mib": mem}
     if gpus is None:
         gpus = 1 if (milli is not None or mem) else 0
     return {"gpus": gpus, "gpu_milli": 1000 if milli is None else milli, "gpu_mem_mib": mem}
