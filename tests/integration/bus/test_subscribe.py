@@ -148,32 +148,14 @@ async def test_subscribe_returns_once_the_server_holds_the_subscription(
         await eventually(lambda: got == [b"plan"], what="the message delivered")
 
 
-@contextlib.asynccontextmanager
-async def proxied_connection(
-    nats_url: str, subject: str
-) -> AsyncIterator[tuple[Any, HoldingProxy]]:
-    proxy = HoldingProxy(nats_url, subject)
-    await proxy.start()
-    try:
-        nc = await nats.connect(
-            proxy.url, name="test-admin", user="admin", password=password("admin")
-        )
-        try:
-            yield nc, proxy
-        finally:
-            await proxy.release()
-            await nc.close()
-    finally:
-        await proxy.stop()
-
-
 async def test_a_plain_flush_returns_while_the_server_has_not_read_the_sub(
     nats_url: str, unique: str
 ) -> None:
     """The client defect `flushed` works around, pinned: when nats-py writes flush's PING
     behind what it buffered, this fails, and `flushed` can become one flush again."""
     subject = f"held.{unique}"
-    async with proxied_connection(nats_url, subject) as (nc, proxy):
+    async with proxied_bus(nats_url, subject) as (subscriber, proxy):
+        nc = subscriber.nc  # the raw nats-py connection the barrier takes
         await nc.subscribe(subject)
         async with asyncio.timeout(10):
             await nc.flush()  # answered: the PING went out ahead of the SUB
@@ -188,7 +170,8 @@ async def test_flushed_returns_once_the_server_has_read_what_was_written_before_
     subscription): `flushed` waits for the held SUB, and a message published from another
     connection right after it is delivered."""
     subject = f"held.{unique}"
-    async with proxied_connection(nats_url, subject) as (nc, proxy):
+    async with proxied_bus(nats_url, subject) as (subscriber, proxy):
+        nc = subscriber.nc  # the raw nats-py connection the barrier takes
         subs: list[Any] = []
 
         async def subscribe_then_flushed() -> None:  # as a caller writes it: no await between
