@@ -37,6 +37,7 @@ from dataclasses import dataclass
 __all__ = [
     "GKE_ACCELERATORS",
     "GPU_MODELS",
+    "MIG_GPU_INSTANCE_PATTERN",
     "GpuIdentity",
     "MigName",
     "ReportedGpu",
@@ -44,6 +45,7 @@ __all__ = [
     "families",
     "identify",
     "mig_compute_slices",
+    "mig_gpu_instance",
     "mig_profile_of_resource",
     "mig_resource_suffix",
     "name_key",
@@ -156,7 +158,10 @@ _MIG_TABLES: dict[tuple[str, int | None], tuple[str, ...]] = {
     ("A800", 80): _mig_table(10, 20, 40, 80),
     ("H100", 80): _mig_table(10, 20, 40, 80),
     ("H800", 80): _mig_table(10, 20, 40, 80),
+    # mig-parted's config groups the H800 NVL (0x233A) with the H100 NVL (0x2321): all-3g.47gb,
+    # all-7g.94gb, all-balanced (1g.12gb, 2g.24gb, 3g.47gb).
     ("H100", 94): _mig_table(12, 24, 47, 94),
+    ("H800", 94): _mig_table(12, 24, 47, 94),
     ("H200", 141): _mig_table(18, 35, 71, 141),
 }
 
@@ -232,8 +237,18 @@ GPU_MODELS: tuple[GpuIdentity, ...] = (
         "H100-80GB",
         mig=True,
     ),
-    _gpu("H100-NVL-94GB", "H100", 94, "NVL", "Hopper", "H100-NVL", mig=True),
+    # The 94 GB H100s: the MIG user guide's "Supported GPUs" lists H100-SXM5 94GB and H100-PCIE
+    # 94GB (the H100 NVL), both MIG; NVIDIA's vGPU tables name them "NVIDIA H100 SXM5 94GB" and
+    # "NVIDIA H100 PCIe 94GB (H100 NVL)". NVML names the NVL ``NVIDIA H100 NVL`` (0x2321) and the
+    # SXM5 94GB only ``NVIDIA H100`` (0x2339, NVIDIA/open-gpu-kernel-modules README's supported
+    # GPUs), which the short ``H100`` already means (the 80 GB SXM5, as the book priced it): such
+    # a board is identified only by a name that carries its memory.
+    _gpu("H100-NVL-94GB", "H100", 94, "NVL", "Hopper", "H100-NVL", "H100-PCIE-94GB", mig=True),
+    _gpu("H100-SXM5-94GB", "H100", 94, "SXM5", "Hopper", mig=True),
     _gpu("H800-PCIE-80GB", "H800", 80, "PCIe", "Hopper", "H800-PCIE", mig=True),
+    # NVML: ``NVIDIA H800 NVL`` (0x233A, the same README); 94 GB and MIG as the H100 NVL, as
+    # mig-parted's config groups them ("H100 NVL, H800 NVL": 3g.47gb, 7g.94gb).
+    _gpu("H800-NVL-94GB", "H800", 94, "NVL", "Hopper", "H800-NVL", mig=True),
     _gpu("H800-SXM5-80GB", "H800", 80, "SXM5", "Hopper", "H800", "H800-80GB-HBM3", mig=True),
     _gpu("H20-SXM-96GB", "H20", 96, "SXM", "Hopper", "H20", mig=True),
     _gpu(
@@ -257,15 +272,34 @@ GPU_MODELS: tuple[GpuIdentity, ...] = (
     _gpu("GB200-186GB", "GB200", 186, "", "Blackwell", "GB200", mig=True),
     _gpu("B300-SXM-288GB", "B300", 288, "SXM", "Blackwell", "B300", "B300-SXM6-AC", mig=True),
     _gpu("GB300-288GB", "GB300", 288, "", "Blackwell", "GB300", mig=True),
+    # The MIG user guide's "Supported GPUs": the RTX PRO 6000 Blackwell Server, Workstation and
+    # Max-Q Workstation Editions (96 GB, at most 4 instances: 1g is 1/4) and the RTX PRO 5000
+    # Blackwell (48 GB, at most 2: 1g is 1/2), named as NVML does ("NVIDIA RTX PRO 6000
+    # Blackwell Workstation Edition"). No profile table is held for them: NVIDIA publishes none
+    # for the 5000, and the 6000's engine variants are checked by slices and memory. NVML names
+    # a 72 GB RTX PRO 5000 the same (``RTX PRO 5000 Blackwell``, 73415 MiB in public logs), so
+    # only a name with its memory identifies the 48 GB part.
+    *(
+        _gpu(
+            f"RTX-PRO-6000-BLACKWELL-{edition}-96GB",
+            "RTX-PRO-6000",
+            96,
+            "PCIe",
+            "Blackwell",
+            f"RTX-PRO-6000-BLACKWELL-{edition}-EDITION",
+            mig=True,
+            mig_slices=4,
+        )
+        for edition in ("SERVER", "WORKSTATION", "MAX-Q-WORKSTATION")
+    ),
     _gpu(
-        "RTX-PRO-6000-BLACKWELL-SERVER-96GB",
-        "RTX-PRO-6000",
-        96,
+        "RTX-PRO-5000-BLACKWELL-48GB",
+        "RTX-PRO-5000",
+        48,
         "PCIe",
         "Blackwell",
-        "RTX-PRO-6000-BLACKWELL-SERVER-EDITION",
         mig=True,
-        mig_slices=4,
+        mig_slices=2,
     ),
     # The Alibaba 2023 trace's anonymised models: real fleets carry them, no public facts exist.
     _gpu("G1", "G1", None, "", "undisclosed", anonymised=True),
@@ -415,21 +449,23 @@ def families() -> tuple[str, ...]:
 
 # ------------------------------------------------------------------------------ MIG names
 
-# NVIDIA's MIG device names (MIG user guide, "MIG Device Names" and "Supported MIG Profiles"):
-# ``[<c>c.]<g>g.<m>gb`` with an engine suffix: ``+me`` (media extensions: the GI holds the
-# decoders, JPEG and OFA, A30/A100/H100/H200/B200), ``+me.all`` (all media engines), ``+gfx``
-# (graphics) and ``-me`` (no media engines), the last three on the RTX PRO 6000 Blackwell (the
-# guide's table; NVIDIA mig-parted's config names ``1g.24gb-me``, ``1g.24gb+me.all``). Numbers
-# are written without leading zeros; anything else (``07g.80gb``, ``1g.10gb+foo``) is no name
-# NVIDIA gives.
-# Numbers of at most four digits (no MIG part has more than 7 slices or 9,999 GB: a longer one
-# would only cost ``int`` its 4,300-digit limit). NVIDIA's device plugin and GPU feature discovery
-# write ``+`` as ``.`` (a label or resource name has no ``+``: k8s-device-plugin
-# internal/resource/nvml-mig-device.go, ``GetName``), so ``1g.10gb.me`` is ``1g.10gb+me``.
-_MIG_NAME = re.compile(
-    r"^(?:(0|[1-9]\d{0,3})c\.)?(0|[1-9]\d{0,3})g\.(0|[1-9]\d{0,3})gb"
-    r"([+.]me\.all|[+.]me|[+.]gfx|-me)?$"
-)
+# NVIDIA's MIG device names (MIG user guide, "MIG Device Names" and "Supported MIG Profiles") are
+# ``[<c>c.]<g>g.<m>gb`` and an optional engine suffix: ``+me`` (media extensions: the GI holds
+# the decoders, JPEG and OFA; A30/A100/H100/H200/B200), and on the RTX PRO 6000 Blackwell also
+# ``+me.all`` (all media engines), ``+gfx`` (graphics) and ``-me`` (no media engines), as the
+# guide's table and NVIDIA mig-parted's config (``1g.24gb-me``, ``1g.24gb+me.all``) write them.
+# NVIDIA's device plugin and GPU feature discovery write ``+`` as ``.``, since a resource or
+# label name has no ``+`` (k8s-device-plugin internal/resource/nvml-mig-device.go, ``GetName``):
+# ``1g.10gb.me`` is ``1g.10gb+me``. Numbers have no leading zeros and at most four digits (no MIG
+# part has more than 7 slices or 9,999 GB; a longer one would only cost ``int`` its 4,300-digit
+# limit). Anything else (``07g.80gb``, ``1g.10gb+foo``) is no name NVIDIA gives.
+_NUMBER = r"(0|[1-9]\d{0,3})"
+_GPU_INSTANCE = rf"{_NUMBER}g\.{_NUMBER}gb([+.]me\.all|[+.]me|[+.]gfx|-me)?"
+_MIG_NAME = re.compile(rf"^(?:{_NUMBER}c\.)?{_GPU_INSTANCE}$")
+#: A GPU instance's profile in any spelling ``parse_mig_profile`` reads (any case; no compute
+#: instance, no ``MIG`` word, no blanks): for a schema that cannot call it (the TenantQuota
+#: CRD's CEL rule, RE2 syntax); ``mig_gpu_instance`` is what then tells a real profile.
+MIG_GPU_INSTANCE_PATTERN = rf"(?i)^{_GPU_INSTANCE}$"
 _NOT_A_PROFILE = (
     "is not a MIG profile as NVIDIA names them ('[<c>c.]<g>g.<m>gb[+me|+me.all|+gfx|-me]')"
 )
@@ -523,10 +559,32 @@ def mig_resource_suffix(profile: str) -> str:
     return profile.replace("+", ".")
 
 
+def mig_gpu_instance(text: str) -> str:
+    """The GPU-instance profile ``text`` names, as NVIDIA writes it, for a key that counts GPU
+    instances of any GPU (a tenant's quota): ``1g.10gb.me`` and ``1G.10GB+ME`` are
+    ``1g.10gb+me``. ValueError naming ``text`` and why where it names none: no MIG name
+    (``3g-40gb``, `` 3g.40gb``), a compute instance (``1c.3g.20gb``: its GI is counted), or a GPU
+    instance no MIG GPU of the table can hold (``9g.80gb``, ``1g.0gb``; ``MigName.misfit``)."""
+    if _GPU_INSTANCE_RE.match(text) is None:
+        ci = parse_mig_profile(text) if _MIG_NAME.match(text.lower()) else None
+        why = f"is a compute instance: count its GPU instance {ci.gpu_instance}" if ci else (
+            _NOT_A_PROFILE
+        )  # fmt: skip
+        raise ValueError(f"{text!r} {why}")
+    mig = parse_mig_profile(text)
+    assert mig is not None  # the pattern is the parser's
+    if not any(mig.misfit(gpu) is None for gpu in _MIG_GPUS):
+        why = mig.misfit(None) or "no MIG GPU known here holds it"
+        raise ValueError(f"{text!r} is a GPU instance no MIG GPU can hold ({why})")
+    return mig.gpu_instance
+
+
 def mig_compute_slices(gpu: GpuIdentity | None) -> int:
     """The compute slices of ``gpu``'s whole GPU in MIG mode; where the model is unknown, the
     most any MIG GPU has (7), which is what its MIG devices are read against."""
     return gpu.mig_compute_slices if gpu is not None else _MAX_MIG_SLICES
 
 
-_MAX_MIG_SLICES = max(g.mig_compute_slices for g in GPU_MODELS if g.mig_capable)
+_MIG_GPUS = tuple(g for g in GPU_MODELS if g.mig_capable)
+_MAX_MIG_SLICES = max(g.mig_compute_slices for g in _MIG_GPUS)
+_GPU_INSTANCE_RE = re.compile(MIG_GPU_INSTANCE_PATTERN)
