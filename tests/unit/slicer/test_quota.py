@@ -87,7 +87,24 @@ def test_policy_parses_every_field() -> None:
         ("version: 1\ntenants: {a: {quota: {gpu: 1}}}\n", "tenants.a.quota: unknown field 'gpu'"),
         (
             "version: 1\ntenants: {a: {quota: {mig: {big: 1}}}}\n",
-            "tenants.a.quota.mig: 'big' is not a MIG profile name",
+            "tenants.a.quota.mig: 'big' is not a MIG profile as NVIDIA names them",
+        ),
+        # a quota counts GPU instances NVIDIA names and some MIG GPU can hold
+        (
+            "version: 1\ntenants: {a: {quota: {mig: {1c.3g.20gb: 1}}}}\n",
+            "tenants.a.quota.mig: '1c.3g.20gb' is a compute instance: count its GPU instance",
+        ),
+        (
+            "version: 1\ntenants: {a: {quota: {mig: {9g.80gb: 1}}}}\n",
+            "tenants.a.quota.mig: '9g.80gb' is a GPU instance no MIG GPU can hold (9 of 7 compute",
+        ),
+        (
+            "version: 1\ntenants: {a: {quota: {mig: {1g.10gb+foo: 1}}}}\n",
+            "tenants.a.quota.mig: '1g.10gb+foo' is not a MIG profile as NVIDIA names them",
+        ),
+        (  # two spellings of one profile: which count would hold is no guess to make
+            "version: 1\ntenants: {a: {quota: {mig: {1g.10gb+me: 1, 1g.10gb.me: 2}}}}\n",
+            "tenants.a.quota.mig: '1g.10gb.me' is a second key for mig/1g.10gb+me",
         ),
         (
             "version: 1\ntenants: {a: {quota: {mig: {3g.40gb: 1.5}}}}\n",
@@ -281,3 +298,25 @@ def test_check_does_not_record(tracker: QuotaTracker) -> None:
     assert tracker.check(req("w", "solo", gpus=2)) == Admitted("w", {})
     assert tracker.usage("solo") == {}
     assert tracker.admitted() == ()
+
+
+@pytest.mark.parametrize(
+    ("key", "profile"),
+    [("1g.10gb.me", "1g.10gb+me"), ("1G.10GB+ME", "1g.10gb+me"), ("3g.40gb", "3g.40gb"),
+     ("1g.24gb.me.all", "1g.24gb+me.all"), ("1g.24gb-me", "1g.24gb-me"),
+     ("1g.12gb+gfx", "1g.12gb+gfx")],
+)  # fmt: skip
+def test_a_mig_quota_in_any_nvidia_spelling_governs_the_profile_a_placement_asks_for(
+    key: str, profile: str
+) -> None:
+    """The device plugin's ``1g.10gb.me`` (how a pod asks: ``nvidia.com/mig-1g.10gb.me``) is
+    NVML's ``1g.10gb+me``, the name the placement asks the quota for."""
+    policy = QuotaPolicy.from_yaml(
+        f"version: 1\ntenants: {{a: {{quota: {{mig: {{{key}: 1}}}}}}}}\n"
+    )
+    assert policy.tenants["a"].nominal == {f"mig/{profile}": 1}
+    tracker = QuotaTracker(policy)
+    assert tracker.admit(req("m1", "a", mig_profile=profile)) == Admitted("m1", {})
+    over = tracker.admit(req("m2", "a", mig_profile=profile))
+    assert isinstance(over, Rejected)
+    assert over.reason is RejectReason.OVER_QUOTA

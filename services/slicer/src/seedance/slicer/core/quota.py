@@ -18,8 +18,9 @@ Semantics follow Kueue's ClusterQueue/cohort model, one tenant per ClusterQueue:
 
 Resources are counted per dimension: `gpus` (whole GPUs), `shared_gpus` (shared-GPU instances:
 time-sliced or MPS replicas), `gpu_mem_mib`, and `mig/<profile>` (MIG instances per profile,
-e.g. `mig/3g.40gb`). A dimension a tenant does not list has nominal quota 0, except
-`gpu_mem_mib`, which is only enforced when given.
+e.g. `mig/3g.40gb`, keyed as NVIDIA writes the profile however the policy spells it:
+`1g.10gb.me` counts `mig/1g.10gb+me`). A dimension a tenant does not list has nominal quota 0,
+except `gpu_mem_mib`, which is only enforced when given.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from seedance.events.gpus import mig_gpu_instance
 from seedance.slicer.core.bounded_yaml import DocumentError, bounded_name, bounded_repr, load
 
 __all__ = [
@@ -50,6 +52,9 @@ SHARED_GPUS = "shared_gpus"
 GPU_MEM_MIB = "gpu_mem_mib"
 MIG_PREFIX = "mig/"
 _SCALAR_KEYS = (GPUS, SHARED_GPUS, GPU_MEM_MIB)
+_TENANT_FIELDS = {
+    "cohort", "quota", "lending_limit", "borrowing_limit", "default_priority", "max_priority"
+}  # fmt: skip
 
 
 class QuotaError(ValueError):
@@ -228,23 +233,29 @@ def _parse_dims(raw: object, where: str) -> dict[str, int]:
                 f"{where}.mig: expected a mapping of profile to count, got {bounded_repr(mig)}"
             )
         for prof, count in mig.items():
-            if not isinstance(prof, str) or "g." not in prof:
-                raise QuotaError(
-                    f"{where}.mig: {bounded_repr(prof)} is not a MIG profile name like 3g.40gb"
-                )
-            dims[MIG_PREFIX + prof] = _int(count, f"{where}.mig.{bounded_name(prof)}")
+            dim = MIG_PREFIX + _mig_key(prof, f"{where}.mig")
+            if dim in dims:  # two spellings of one profile (1g.10gb+me, 1g.10gb.me)
+                raise QuotaError(f"{where}.mig: {bounded_repr(prof)} is a second key for {dim}")
+            dims[dim] = _int(count, f"{where}.mig.{bounded_name(prof)}")
     return dims
+
+
+def _mig_key(prof: object, where: str) -> str:
+    """A MIG key in any spelling NVIDIA writes, as placements name it (``gpus.mig_gpu_instance``:
+    ``1g.10gb.me`` is ``1g.10gb+me``); QuotaError naming it where it is no GPU instance."""
+    text = prof if isinstance(prof, str) else ""
+    try:
+        return mig_gpu_instance(text)
+    except ValueError as exc:
+        why = str(exc).removeprefix(repr(text))
+        raise QuotaError(f"{where}: {bounded_repr(prof)}{why}") from None
 
 
 def _parse_tenant(name: str, body: object, classes: Mapping[str, int]) -> TenantQuota:
     where = f"tenants.{bounded_name(name)}"
     if not isinstance(body, dict):
         raise QuotaError(f"{where}: expected a mapping, got {bounded_repr(body)}")
-    _only_keys(
-        body,
-        {"cohort", "quota", "lending_limit", "borrowing_limit", "default_priority", "max_priority"},
-        where,
-    )
+    _only_keys(body, _TENANT_FIELDS, where)
     cohort = body.get("cohort")
     if cohort is not None and (not isinstance(cohort, str) or not cohort):
         raise QuotaError(f"{where}.cohort: expected a non-empty string, got {bounded_repr(cohort)}")
@@ -503,16 +514,13 @@ class QuotaTracker:
     def _is_borrowing(
         self, w: _Workload, usage: Mapping[str, Mapping[str, int]], need: Mapping[str, int]
     ) -> bool:
-        quota = self._policy.tenants[w.request.tenant]
-        for dim in need:
-            nominal = quota.nominal_of(dim)
-            if (
-                dim in w.usage
-                and nominal is not None
-                and usage[w.request.tenant].get(dim, 0) > (nominal)
-            ):
-                return True
-        return False
+        quota, used = self._policy.tenants[w.request.tenant], usage[w.request.tenant]
+        return any(
+            dim in w.usage
+            and (nominal := quota.nominal_of(dim)) is not None
+            and used.get(dim, 0) > nominal
+            for dim in need
+        )
 
     def _fits(
         self, tenant_name: str, need: Mapping[str, int], usage: Mapping[str, Mapping[str, int]]
