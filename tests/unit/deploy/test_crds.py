@@ -267,6 +267,9 @@ QUOTA_KEYS = [
     "1g.10gb", "3g.40gb", "1g.10gb+me", "1g.10gb.me", "1G.10GB", "1g.24gb-me", "1g.24gb+me.all",
     "1g.24gb.me.all", "1g.12gb+gfx", "2g.48gb.gfx", "7g.141gb",
     "3g-40gb", "1c.3g.20gb", "07g.80gb", "1g.10gb+foo", " 3g.40gb", "1g", "g.10gb",
+    # RE2 ends a match at the end of the text and reads only ASCII digits; Python's ``$`` and
+    # ``\d`` did not (a trailing newline, an Arabic-Indic zero)
+    "1g.10gb\n", "1g.1\u0660gb", "1\u0660g.10gb", "1g.10gb\n\n",
 ]  # fmt: skip
 
 

@@ -137,11 +137,11 @@ def test_a_misfit_says_why() -> None:
     assert identify("NVIDIA RTX A6000 MIG 1g.6gb").mig_misfit == "RTX-A6000-48GB has no MIG"
     assert identify("GPU-series-1 MIG 8g.80gb").mig_misfit == "8 of 7 compute slices"
     assert identify("GPU-series-1 MIG 1g.0gb").mig_misfit == "no memory"
-    assert identify("NVIDIA B200 MIG 1g.500gb").mig_misfit == (
-        "500 GB is no eighth of B200-SXM-180GB's 180"
+    assert identify("NVIDIA B300 MIG 1g.500gb").mig_misfit == (
+        "500 GB is more than B300-SXM-288GB's 288 GB"
     )
     assert str(identify("A100 MIG 07g.80gb").mig_misfit).startswith(
-        "07g.80gb is not a MIG profile as NVIDIA names them"
+        "07g.80gb is not a MIG device as NVIDIA names them"
     )
     assert identify("NVIDIA A100-SXM4-80GB MIG 3g.40gb").mig_misfit is None
     assert identify("NVIDIA A100-SXM4-80GB").mig_misfit is None
@@ -215,8 +215,10 @@ def test_the_published_mig_tables_are_the_gpus_own() -> None:
         assert g.mig_capable, g.model
         read = [gpus.parse_mig_profile(p) for p in g.mig_profiles]
         assert all(r is not None and r.misfit(g) is None for r in read), g.model
-        # the last profile is the whole GPU: all its slices and all its memory
-        assert g.mig_profiles[-1] == f"{g.mig_compute_slices}g.{g.memory_gb}gb", g.model
+        # the whole GPU (all its slices and all its memory) is one, and none is larger
+        whole = f"{g.mig_compute_slices}g.{g.memory_gb}gb"
+        assert whole in g.mig_profiles, g.model
+        assert max(r.memory_gb for r in read if r is not None) == g.memory_gb, g.model
     assert tabled["A100-SXM4-40GB"].mig_profiles[:3] == ("1g.5gb", "1g.5gb+me", "1g.10gb")
     assert tabled["H200-SXM-141GB"].mig_profiles[4] == "3g.71gb"
     assert gpus.mig_compute_slices(None) == 7
@@ -243,7 +245,8 @@ def test_a_cloud_accelerator_type_means_what_the_cloud_rents() -> None:
 def test_mig_geometry_is_the_gpus_own() -> None:
     slices = {g.model: g.mig_compute_slices for g in gpus.GPU_MODELS if g.mig_capable}
     assert slices["A30-PCIE-24GB"] == slices["RTX-PRO-6000-BLACKWELL-SERVER-96GB"] == 4
-    assert slices["RTX-PRO-5000-BLACKWELL-48GB"] == 2  # at most 2 instances (MIG user guide)
+    # 1g is a quarter: the MIG user guide's "Supported MIG Profiles" (v580, table 10)
+    assert slices["RTX-PRO-5000-BLACKWELL-48GB"] == 4
     assert {n for n, s in slices.items() if s != 7} == {
         "A30-PCIE-24GB", "RTX-PRO-6000-BLACKWELL-SERVER-96GB",
         "RTX-PRO-6000-BLACKWELL-WORKSTATION-96GB", "RTX-PRO-6000-BLACKWELL-MAX-Q-WORKSTATION-96GB",

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from seedance.events.gpus import identify
 from seedance.slicer.core.quota import (
     Admitted,
     QuotaError,
@@ -320,3 +323,50 @@ def test_a_mig_quota_in_any_nvidia_spelling_governs_the_profile_a_placement_asks
     over = tracker.admit(req("m2", "a", mig_profile=profile))
     assert isinstance(over, Rejected)
     assert over.reason is RejectReason.OVER_QUOTA
+
+
+@pytest.mark.parametrize(
+    ("key", "why"),
+    [
+        # no MIG GPU holds these: NVIDIA ties a GI's memory to its slices and +gfx to GB20X parts
+        ("1g.300gb", "is a GPU instance no MIG GPU can hold"),
+        ("7g.12gb", "is a GPU instance no MIG GPU can hold"),
+        ("7g.180gb+gfx", "is a GPU instance no MIG GPU can hold"),
+        ("3g.40gb+me", "is a GPU instance no MIG GPU can hold"),
+        # the API server's RE2 refuses these: Python's $ and \d took them
+        ("1g.10gb\n", "is not a MIG profile as NVIDIA names them"),
+        ("1g.1\u0660gb", "is not a MIG profile as NVIDIA names them"),
+        # no compute instance at all: none is "a compute instance"
+        ("0c.3g.40gb", "is no MIG device (a 3g instance has no 0c"),
+        ("3c.3g.40gb", "is no MIG device (a 3g instance has no 3c"),
+        ("1c.1g.10gb", "is no MIG device (a 1g instance has no 1c"),
+        ("1c.3g.40gb", "is a compute instance: count its GPU instance 3g.40gb"),
+        # copied from nvidia-smi mig -lgip's column or a pod's resource: told what to write
+        ("MIG 1g.10gb", "is not a MIG profile as NVIDIA names them ('<g>g.<m>gb[+me|+me.all|"),
+        ("MIG 1g.10gb", ": write '1g.10gb'"),
+        ("nvidia.com/mig-1g.10gb.me", ": write '1g.10gb.me'"),
+    ],
+)
+def test_a_mig_key_no_gpu_holds_is_refused_saying_why(key: str, why: str) -> None:
+    doc = {"version": 1, "tenants": {"a": {"quota": {"mig": {key: 1}}}}}
+    with pytest.raises(QuotaError) as err:
+        QuotaPolicy.from_yaml(json.dumps(doc))
+    assert str(err.value).startswith(f"tenants.a.quota.mig: {key!r} "), str(err.value)
+    assert why in str(err.value)
+    assert "[<c>c.]" not in str(err.value)  # a quota counts GPU instances only
+
+
+@pytest.mark.parametrize(
+    ("gpu", "profile"),
+    [  # NVIDIA's profiles of parts without a table here (mig-parted's config), and the tabled
+        ("GB200", "7g.189gb"), ("GB200", "3g.95gb"), ("GH200-144GB", "1g.18gb+me"),
+        ("H20", "1g.24gb"), ("B300", "7g.269gb"), ("B300", "1g.34gb"), ("B300", "4g.135gb"),
+        ("NVIDIA RTX PRO 5000 Blackwell 48GB", "1g.12gb-me"),
+        ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "2g.48gb+me.all"),
+    ],
+)  # fmt: skip
+def test_nvidias_own_profiles_of_each_part_stay_keys(gpu: str, profile: str) -> None:
+    policy = QuotaPolicy.from_yaml(json.dumps({"version": 1, "tenants": {"a": {"quota": {
+        "mig": {profile: 1}}}}}))  # fmt: skip
+    assert policy.tenants["a"].nominal == {f"mig/{profile}": 1}
+    assert identify(f"{gpu} MIG {profile}").mig_misfit is None
