@@ -91,6 +91,8 @@ def test_resources_named_as_nvidias_device_plugin_names_them_are_served(resource
         ("nvidia.com/mig-1G.10GB", "write nvidia.com/mig-1g.10gb"),  # names are case-sensitive
         ("nvidia.com/mig-3g-40gb", "'3g-40gb' is not a MIG profile"),
         ("nvidia.com/mig-9g.80gb", "no MIG GPU can hold"),
+        # a compute instance NVIDIA's device plugin serves: not this agent's (no quota wording)
+        ("nvidia.com/mig-1c.3g.20gb", "the node agent serves GPU instances only"),
         ("gpu", "'gpu' is no Kubernetes extended resource name"),
         ("nvidia.com/gpu,nvidia.com/gpu", "listed twice"),
         (" , ", "name at least one resource"),

@@ -7,7 +7,12 @@ import re
 
 import msgspec
 
-from seedance.events.gpus import identify, mig_gpu_instance, mig_resource_suffix
+from seedance.events.gpus import (
+    identify,
+    mig_gpu_instance,
+    mig_resource_suffix,
+    parse_mig_profile,
+)
 from seedance.events.tokens import InvalidToken, check_token, kube_node_token
 from seedance.node_agent.core.simulated import parse_mig_layout
 
@@ -40,6 +45,7 @@ def _check_resources(raw: str) -> None:
     for name in names:
         fix = ""
         if name.startswith(_MIG_RESOURCE):
+            _refuse_compute_instance(name)
             try:
                 profile = mig_gpu_instance(name.removeprefix(_MIG_RESOURCE))
             except ValueError as exc:
@@ -59,6 +65,20 @@ def _check_resources(raw: str) -> None:
             )
     if len(set(names)) < len(names):
         raise ValueError(f"SEEDANCE_NODE_AGENT_RESOURCES={raw!r}: a resource is listed twice")
+
+
+def _refuse_compute_instance(name: str) -> None:
+    """``nvidia.com/mig-1c.3g.20gb`` is a resource NVIDIA's device plugin serves (a compute
+    instance of a GPU instance); this agent serves, and the slicer places, whole GPU instances."""
+    device = parse_mig_profile(name.removeprefix(_MIG_RESOURCE))
+    if device is None or device.ci_slices is None or device.misfit(None) is not None:
+        return
+    raise ValueError(
+        f"SEEDANCE_NODE_AGENT_RESOURCES: {name!r} is a MIG compute instance's resource; the "
+        f"node agent serves GPU instances only (nvidia.com/mig-<g>g.<m>gb, e.g. "
+        f"{_MIG_RESOURCE}{mig_resource_suffix(device.gpu_instance)}): leave compute instances "
+        "to NVIDIA's device plugin"
+    )
 
 
 def _above_zero(**values: float) -> None:
