@@ -419,3 +419,19 @@ def test_the_reconciler_refuses_what_a_rule_refuses(stem: str) -> None:
     assert states[READY] == "False", stem
     assert out.quota_document is None
     assert out.slicing is None
+
+
+def test_the_lending_rule_says_it_compares_mig_keys_as_written() -> None:
+    """CEL cannot read a key as the parser does, so the rule holds lendingLimit.mig to
+    quota.mig's spelling and its message says so: lending 1 of a quota of 2 is not "more
+    than the quota" because one is written as the device plugin writes it."""
+    (doc,) = [copy.deepcopy(d) for d in valid_examples() if d["metadata"]["name"] == "team-a"]
+    doc["spec"]["quota"]["mig"] = {"1g.10gb.me": 2}
+    doc["spec"]["lendingLimit"] = {"mig": {"1g.10gb+me": 1}}
+    (message,) = cel_failures(doc)
+    assert "spelled as there" in message, message
+    assert "exceed" in message, message
+    doc["spec"]["lendingLimit"] = {"mig": {"1g.10gb.me": 1}}
+    assert cel_failures(doc) == []
+    doc["spec"]["lendingLimit"] = {"mig": {"1g.10gb.me": 3}}
+    assert cel_failures(doc) == [message]
