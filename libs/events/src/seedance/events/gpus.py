@@ -567,7 +567,10 @@ def mig_gpu_instance(text: str) -> str:
     mig = parse_mig_profile(text)
     assert mig is not None  # the pattern is the parser's
     if not any(mig.misfit(gpu) is None for gpu in _MIG_GPUS):
-        why = mig.misfit(None) or "no MIG GPU known here holds it"
+        engines = f" with {mig.engines}" if mig.engines else ""
+        why = mig.misfit(None) or (
+            f"no MIG part's table or shape has a {mig.gi_slices}g of {mig.memory_gb} GB{engines}"
+        )
         raise ValueError(f"{text!r} is a GPU instance no MIG GPU can hold ({why})")
     return mig.gpu_instance
 
