@@ -21,6 +21,7 @@ import jsonschema
 import pytest
 import yaml
 
+from seedance.events.gpus import MIG_GPU_INSTANCE_PATTERN, mig_gpu_instance
 from seedance.k8s_bridge.core.policy import (
     ACCEPTED,
     MIG_PROFILE,
@@ -247,11 +248,75 @@ def _node_at(schema: dict[str, Any], path: str) -> dict[str, Any]:
     return node
 
 
-def test_the_mig_rule_and_the_reconciler_use_one_expression() -> None:
-    pattern = json.dumps(MIG_PROFILE.pattern)[1:-1]  # as written inside a CEL string: \\.
-    mig_rules = [r["rule"] for r in all_rules_raw() if "matches(" in r["rule"]]
-    assert mig_rules
-    assert all(f"'{pattern}'" in r for r in mig_rules), mig_rules
+def test_the_mig_rules_and_the_reconcilers_use_one_expression() -> None:
+    """A quota's MIG keys: the one MIG parser's syntax (``gpus.MIG_GPU_INSTANCE_PATTERN``); a
+    SlicingPolicy's default profile: the reconciler's ``MIG_PROFILE`` (what a placement names)."""
+    as_cel = {  # as written inside a CEL string: \\.
+        "TenantQuota": json.dumps(MIG_GPU_INSTANCE_PATTERN)[1:-1],
+        "SlicingPolicy": json.dumps(MIG_PROFILE.pattern)[1:-1],
+    }
+    for kind, pattern in as_cel.items():
+        mig_rules = [r["rule"] for r in _walk_rules(schema_of(kind)) if "matches(" in r["rule"]]
+        assert mig_rules, kind
+        assert all(f"'{pattern}'" in r for r in mig_rules), mig_rules
+
+
+#: MIG keys as real systems write them (NVML, the device plugin's resources, mig-parted's config)
+#: and keys that are none; the CRD's rule and the slicer's reading must agree on each.
+QUOTA_KEYS = [
+    "1g.10gb", "3g.40gb", "1g.10gb+me", "1g.10gb.me", "1G.10GB", "1g.24gb-me", "1g.24gb+me.all",
+    "1g.24gb.me.all", "1g.12gb+gfx", "2g.48gb.gfx", "7g.141gb",
+    "3g-40gb", "1c.3g.20gb", "07g.80gb", "1g.10gb+foo", " 3g.40gb", "1g", "g.10gb",
+    # RE2 ends a match at the end of the text and reads only ASCII digits; Python's ``$`` and
+    # ``\d`` did not (a trailing newline, an Arabic-Indic zero)
+    "1g.10gb\n", "1g.1\u0660gb", "1\u0660g.10gb", "1g.10gb\n\n",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("key", QUOTA_KEYS)
+def test_the_quota_crd_admits_a_mig_key_exactly_where_the_parser_reads_one(key: str) -> None:
+    """The API server's rule admits what ``gpus.mig_gpu_instance`` reads, and nothing the
+    parser refuses as no name (a GPU instance no GPU holds, ``9g.80gb``, is the reconciler's
+    to refuse, naming it: no regular expression knows the GPUs)."""
+    (doc,) = [copy.deepcopy(d) for d in valid_examples() if d["metadata"]["name"] == "team-a"]
+    doc["spec"]["quota"]["mig"] = {key: 1}
+    try:
+        mig_gpu_instance(key)
+        parsed = True
+    except ValueError:
+        parsed = False
+    assert (cel_failures(doc) == []) is parsed, key
+    out = reconcile([], [doc], priority_classes=PRIORITY_CLASSES)
+    states = {c["type"]: c["status"] for c in out.statuses[(TENANT_QUOTA, "team-a")]["conditions"]}
+    assert states[READY] == ("True" if parsed else "False"), key
+
+
+def test_a_quota_in_the_device_plugins_spelling_reports_usage_under_the_placements_name() -> None:
+    """``1g.10gb.me`` in a CR is ``1g.10gb+me``, the dimension the slicer reports usage in: the
+    CR's status counts the slicer's usage against it (borrowing nothing)."""
+    (doc,) = [copy.deepcopy(d) for d in valid_examples() if d["metadata"]["name"] == "team-a"]
+    doc["spec"]["quota"]["mig"] = {"1g.10gb.me": 2}
+    doc["spec"].pop("lendingLimit", None)
+    doc["spec"].pop("borrowingLimit", None)
+    tenant = doc["spec"]["tenant"]
+    out = reconcile(
+        [], [doc], priority_classes=PRIORITY_CLASSES, usage={tenant: {"mig/1g.10gb+me": 2}}
+    )
+    status = out.statuses[(TENANT_QUOTA, "team-a")]
+    assert {c["type"]: c["status"] for c in status["conditions"]}[READY] == "True"
+    assert status["usage"]["mig"] == {"1g.10gb+me": 2}
+    assert "mig" not in status.get("borrowed", {})
+
+
+def test_two_spellings_of_one_mig_profile_in_one_quota_are_refused_by_name() -> None:
+    (doc,) = [copy.deepcopy(d) for d in valid_examples() if d["metadata"]["name"] == "team-a"]
+    doc["spec"]["quota"]["mig"] = {"1g.10gb+me": 1, "1g.10gb.me": 2}
+    doc["spec"].pop("lendingLimit", None)
+    doc["spec"].pop("borrowingLimit", None)
+    out = reconcile([], [doc], priority_classes=PRIORITY_CLASSES)
+    conditions = {c["type"]: c for c in out.statuses[(TENANT_QUOTA, "team-a")]["conditions"]}
+    assert conditions[READY]["status"] == conditions[ACCEPTED]["status"] == "False"
+    assert "'1g.10gb.me' is a second key for mig/1g.10gb+me" in conditions[ACCEPTED]["message"]
 
 
 def all_rules_raw() -> list[dict[str, Any]]:
@@ -354,3 +419,19 @@ def test_the_reconciler_refuses_what_a_rule_refuses(stem: str) -> None:
     assert states[READY] == "False", stem
     assert out.quota_document is None
     assert out.slicing is None
+
+
+def test_the_lending_rule_says_it_compares_mig_keys_as_written() -> None:
+    """CEL cannot read a key as the parser does, so the rule holds lendingLimit.mig to
+    quota.mig's spelling and its message says so: lending 1 of a quota of 2 is not "more
+    than the quota" because one is written as the device plugin writes it."""
+    (doc,) = [copy.deepcopy(d) for d in valid_examples() if d["metadata"]["name"] == "team-a"]
+    doc["spec"]["quota"]["mig"] = {"1g.10gb.me": 2}
+    doc["spec"]["lendingLimit"] = {"mig": {"1g.10gb+me": 1}}
+    (message,) = cel_failures(doc)
+    assert "spelled as there" in message, message
+    assert "exceed" in message, message
+    doc["spec"]["lendingLimit"] = {"mig": {"1g.10gb.me": 1}}
+    assert cel_failures(doc) == []
+    doc["spec"]["lendingLimit"] = {"mig": {"1g.10gb.me": 3}}
+    assert cel_failures(doc) == [message]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from seedance.events import gpu_requests, gpus
@@ -14,7 +16,8 @@ UNKNOWN = [e for e in CORPUS if e.model == "unknown"]
 
 
 def test_the_corpus_covers_every_kind_of_source() -> None:
-    assert {e.kind for e in CORPUS} == {"nvml", "gfd", "trace", "legacy", "device", "cloud"}
+    kinds = {"nvml", "gfd", "trace", "legacy", "device", "cloud", "doc"}
+    assert {e.kind for e in CORPUS} == kinds
     assert all(e.seen for e in CORPUS)
     assert UNKNOWN, "the corpus must hold names that do not resolve"
 
@@ -134,11 +137,11 @@ def test_a_misfit_says_why() -> None:
     assert identify("NVIDIA RTX A6000 MIG 1g.6gb").mig_misfit == "RTX-A6000-48GB has no MIG"
     assert identify("GPU-series-1 MIG 8g.80gb").mig_misfit == "8 of 7 compute slices"
     assert identify("GPU-series-1 MIG 1g.0gb").mig_misfit == "no memory"
-    assert identify("NVIDIA B200 MIG 1g.500gb").mig_misfit == (
-        "500 GB is no eighth of B200-SXM-180GB's 180"
+    assert identify("NVIDIA B300 MIG 1g.500gb").mig_misfit == (
+        "500 GB is more than B300-SXM-288GB's 288 GB"
     )
     assert str(identify("A100 MIG 07g.80gb").mig_misfit).startswith(
-        "07g.80gb is not a MIG profile as NVIDIA names them"
+        "07g.80gb is not a MIG device as NVIDIA names them"
     )
     assert identify("NVIDIA A100-SXM4-80GB MIG 3g.40gb").mig_misfit is None
     assert identify("NVIDIA A100-SXM4-80GB").mig_misfit is None
@@ -212,8 +215,10 @@ def test_the_published_mig_tables_are_the_gpus_own() -> None:
         assert g.mig_capable, g.model
         read = [gpus.parse_mig_profile(p) for p in g.mig_profiles]
         assert all(r is not None and r.misfit(g) is None for r in read), g.model
-        # the last profile is the whole GPU: all its slices and all its memory
-        assert g.mig_profiles[-1] == f"{g.mig_compute_slices}g.{g.memory_gb}gb", g.model
+        # the whole GPU (all its slices and all its memory) is one, and none is larger
+        whole = f"{g.mig_compute_slices}g.{g.memory_gb}gb"
+        assert whole in g.mig_profiles, g.model
+        assert max(r.memory_gb for r in read if r is not None) == g.memory_gb, g.model
     assert tabled["A100-SXM4-40GB"].mig_profiles[:3] == ("1g.5gb", "1g.5gb+me", "1g.10gb")
     assert tabled["H200-SXM-141GB"].mig_profiles[4] == "3g.71gb"
     assert gpus.mig_compute_slices(None) == 7
@@ -240,8 +245,12 @@ def test_a_cloud_accelerator_type_means_what_the_cloud_rents() -> None:
 def test_mig_geometry_is_the_gpus_own() -> None:
     slices = {g.model: g.mig_compute_slices for g in gpus.GPU_MODELS if g.mig_capable}
     assert slices["A30-PCIE-24GB"] == slices["RTX-PRO-6000-BLACKWELL-SERVER-96GB"] == 4
+    # 1g is a quarter: the MIG user guide's "Supported MIG Profiles" (v580, table 10)
+    assert slices["RTX-PRO-5000-BLACKWELL-48GB"] == 4
     assert {n for n, s in slices.items() if s != 7} == {
-        "A30-PCIE-24GB", "RTX-PRO-6000-BLACKWELL-SERVER-96GB"
+        "A30-PCIE-24GB", "RTX-PRO-6000-BLACKWELL-SERVER-96GB",
+        "RTX-PRO-6000-BLACKWELL-WORKSTATION-96GB", "RTX-PRO-6000-BLACKWELL-MAX-Q-WORKSTATION-96GB",
+        "RTX-PRO-5000-BLACKWELL-48GB",
     }  # fmt: skip
 
 
@@ -264,7 +273,10 @@ def test_the_table_spans_volta_to_blackwell_with_memory_and_form() -> None:
         if not g.anonymised:
             assert g.memory_gb, g.model
     forms = {g.model: g.form_factor for g in gpus.GPU_MODELS if g.family == "H100"}
-    assert forms == {"H100-PCIE-80GB": "PCIe", "H100-SXM5-80GB": "SXM5", "H100-NVL-94GB": "NVL"}
+    assert forms == {
+        "H100-PCIE-80GB": "PCIe", "H100-SXM5-80GB": "SXM5", "H100-NVL-94GB": "NVL",
+        "H100-SXM5-94GB": "SXM5",
+    }  # fmt: skip
 
 
 # ------------------------------------------------------------------------------ requests
@@ -338,9 +350,10 @@ def test_an_unknown_qualifier_is_not_dropped() -> None:
 
 def test_the_public_surface_is_pinned() -> None:
     assert sorted(gpus.__all__) == [
-        "GKE_ACCELERATORS", "GPU_MODELS", "GpuIdentity", "MigName", "ReportedGpu",
-        "canonical_model", "families", "identify", "mig_compute_slices",
-        "mig_profile_of_resource", "mig_resource_suffix", "name_key", "parse_mig_profile",
+        "GKE_ACCELERATORS", "GPU_MODELS", "GpuIdentity", "MIG_GPU_INSTANCE_PATTERN", "MigName",
+        "ReportedGpu", "canonical_model", "families", "identify", "mig_compute_slices",
+        "mig_gpu_instance", "mig_profile_of_resource", "mig_resource_suffix", "name_key",
+        "parse_mig_profile",
     ]  # fmt: skip
     assert sorted(gpu_requests.__all__) == ["ModelMatch", "match_models"]
 
@@ -361,3 +374,34 @@ def test_a_resource_suffix_is_read_only_as_the_device_plugin_spells_it(
     """The plugin's ``1g.10gb.me`` is NVIDIA's ``1g.10gb+me``; any other spelling is kept as
     written for its reader to refuse (``1G.10GB`` and ``1g.10gb`` are never merged)."""
     assert gpus.mig_profile_of_resource(suffix) == profile
+
+
+@pytest.mark.parametrize(
+    ("key", "profile"),
+    [("1g.10gb", "1g.10gb"), ("1g.10gb.me", "1g.10gb+me"), ("1G.10GB+ME", "1g.10gb+me"),
+     ("1g.24gb+me.all", "1g.24gb+me.all"), ("1g.24gb.me.all", "1g.24gb+me.all"),
+     ("1g.12gb+gfx", "1g.12gb+gfx"), ("1g.24gb-me", "1g.24gb-me"), ("3g.47gb", "3g.47gb")],
+)  # fmt: skip
+def test_a_counted_gpu_instance_is_read_in_every_spelling_nvidia_writes(
+    key: str, profile: str
+) -> None:
+    """A quota's key: NVML's ``+``, the device plugin's ``.`` (``1g.10gb.me``), mig-parted's
+    ``-me`` and ``+me.all`` all name one profile, as NVIDIA writes it."""
+    assert gpus.mig_gpu_instance(key) == profile
+    assert re.match(gpus.MIG_GPU_INSTANCE_PATTERN, key)
+
+
+@pytest.mark.parametrize(
+    ("key", "why"),
+    [("3g-40gb", "not a MIG profile"), (" 3g.40gb", "not a MIG profile"),
+     ("1g.10gb+foo", "not a MIG profile"), ("07g.80gb", "not a MIG profile"),
+     ("1c.3g.20gb", "compute instance: count its GPU instance 3g.20gb"),
+     ("9g.80gb", "9 of 7 compute slices"), ("1g.0gb", "no memory"),
+     ("7g.2000gb", "no MIG GPU")],
+)  # fmt: skip
+def test_a_counted_gpu_instance_no_gpu_has_is_refused_by_name(key: str, why: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(repr(key)) + ".*" + re.escape(why)):
+        gpus.mig_gpu_instance(key)
+    # the schema's pattern refuses it too
+    if "not a MIG profile" in why or "compute instance" in why:
+        assert not re.match(gpus.MIG_GPU_INSTANCE_PATTERN, key)

@@ -304,7 +304,7 @@ VALID = {
         "lendingLimit": {"gpus": 4},
         "borrowingLimit": {"gpus": 9},
     },
-    "mig and memory": {"quota": {"gpuMemMiB": 1, "mig": {"3g.40gb+me": 1, "7g.80gb": 0}}},
+    "mig and memory": {"quota": {"gpuMemMiB": 1, "mig": {"1g.10gb+me": 1, "7g.80gb": 0}}},
     "classes": {"defaultPriority": "low", "maxPriority": "high"},
     "integer priorities": {"defaultPriority": -5, "maxPriority": 7},
 }

@@ -37,7 +37,9 @@ def test_every_real_name_is_priced_as_its_canonical_model(entry) -> None:  # typ
         assert found.assumed
         assert found.unpriced
         assert found.unpriced in found.price.source
-        assert found.usd_per_hour("on_demand") == BOOK.fallback.on_demand_usd_per_hour > 0
+        # a MIG device of an unpriced part: its share of the fallback, as any MIG device
+        fallback = BOOK.fallback.on_demand_usd_per_hour * found.share
+        assert found.usd_per_hour("on_demand") == fallback > 0
         assert price_summary(found).endswith(" assumed=true fallback=true")
         return
     assert not found.fallback, f"{entry.name!r} ({entry.seen}) fell back"
@@ -81,7 +83,11 @@ def test_every_data_center_gpu_from_volta_to_blackwell_has_a_price_with_its_sour
 
 
 def test_an_unpriced_model_is_named_with_its_reason_and_never_priced_silently() -> None:
-    assert set(BOOK.unpriced) == {"RTX-4090-24GB", "RTX-3090-24GB", "RTX-6000-ADA-48GB"}
+    assert set(BOOK.unpriced) == {
+        "RTX-4090-24GB", "RTX-3090-24GB", "RTX-6000-ADA-48GB", "H100-SXM5-94GB", "H800-NVL-94GB",
+        "RTX-PRO-6000-BLACKWELL-WORKSTATION-96GB", "RTX-PRO-6000-BLACKWELL-MAX-Q-WORKSTATION-96GB",
+        "RTX-PRO-5000-BLACKWELL-48GB",
+    }  # fmt: skip
     for model, reason in BOOK.unpriced.items():
         assert "no on-demand list price" in reason, model
         unpriced = f"'{model}' is unpriced: .*no on-demand list price"
@@ -114,13 +120,20 @@ def test_a_compute_instance_costs_its_slices_of_its_gpu_instance() -> None:
 
 
 def test_a_four_slice_gpu_is_split_in_quarters() -> None:
-    # A30 and RTX PRO 6000 Blackwell: 1g is a quarter (MIG user guide); four fill the GPU.
+    # A30 and RTX PRO 5000/6000 Blackwell: 1g is a quarter (MIG user guide); four fill the GPU.
     for name in (
         "NVIDIA A30 MIG 1g.6gb",
         "NVIDIA RTX PRO 6000 Blackwell Server Edition MIG 1g.24gb",
+        "NVIDIA RTX PRO 5000 Blackwell 48GB MIG 1g.12gb",
     ):
         assert 4 * BOOK.lookup(name).share == 1, name
     assert BOOK.mig_fraction("A30", "4g.24gb") == 1
+    # the RTX PRO 5000's table (v580, table 10): one 1g.12gb beside three 1g.12gb-me is the GPU
+    rtx5000 = "NVIDIA RTX PRO 5000 Blackwell 48GB MIG "
+    layout = ["1g.12gb", "1g.12gb-me", "1g.12gb-me", "1g.12gb-me"]
+    assert sum(BOOK.lookup(rtx5000 + p).share for p in layout) == 1
+    assert BOOK.lookup(rtx5000 + "2g.24gb-me").share == Fraction(1, 2)
+    assert BOOK.lookup(rtx5000 + "4g.48gb").share == 1
     with pytest.raises(PriceBookError, match="7 of 4 compute slices"):
         BOOK.mig_fraction("A30", "7g.24gb")
 
@@ -349,8 +362,15 @@ def test_every_published_profile_is_priced_as_its_share_of_its_gpu(parent: str) 
         # "-me" (no media engines) and "+gfx" are the RTX PRO 6000 Blackwell's alone
         ("NVIDIA A100-SXM4-80GB MIG 1g.10gb-me", "no GPU instance 1g.10gb-me"),
         ("NVIDIA H100 80GB HBM3 MIG 1g.10gb+gfx", "no GPU instance 1g.10gb+gfx"),
-        # a part without a table here: its memory is still eighths of the GPU's
-        ("NVIDIA B200 MIG 1g.500gb", "500 GB is no eighth of B200-SXM-180GB's 180"),
+        # a part without a table here: the shape every published table has
+        ("NVIDIA B300 MIG 1g.500gb", "500 GB is more than B300-SXM-288GB's 288 GB"),
+        ("NVIDIA B300 MIG 7g.34gb", "a 7g instance holds 7 to 8 eighths of B300-SXM-288GB's"),
+        ("NVIDIA B300 MIG 1g.269gb", "a 1g instance holds 1 to 2 eighths of B300-SXM-288GB's"),
+        ("NVIDIA H20 MIG 7g.96gb+gfx", "no +gfx GPU instance on H20-SXM-96GB"),
+        # the RTX PRO 5000 and 6000 have NVIDIA's tables: no 2g.24gb, no 1g+me.all on the 5000
+        ("NVIDIA RTX PRO 5000 Blackwell 48GB MIG 2g.24gb", "no GPU instance 2g.24gb on RTX-PRO"),
+        ("NVIDIA RTX PRO 5000 Blackwell 48GB MIG 1g.12gb+me.all", "no GPU instance 1g.12gb+me."),
+        ("NVIDIA RTX PRO 6000 Blackwell Server Edition MIG 4g.96gb-me", "no GPU instance 4g.96"),
     ],
 )
 def test_a_profile_its_gpu_cannot_hold_is_an_unknown_gpu_with_the_reason(

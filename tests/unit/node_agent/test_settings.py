@@ -67,3 +67,40 @@ def test_a_dotted_node_name_is_accepted_as_kubernetes_names_nodes() -> None:
     assert NodeAgentSettings(node_name="ip-10-0-0-7.ec2.internal").node_name == (
         "ip-10-0-0-7.ec2.internal"
     )
+
+
+@pytest.mark.parametrize(
+    "resources",
+    [
+        "nvidia.com/gpu,seedance.io/gpu-milli,seedance.io/mig",  # the manifests'
+        "nvidia.com/gpu,nvidia.com/mig-1g.10gb.me,nvidia.com/mig-3g.40gb",
+        "nvidia.com/mig-1g.24gb-me,nvidia.com/mig-1g.24gb.me.all,nvidia.com/mig-1g.24gb.gfx",
+    ],
+)
+def test_resources_named_as_nvidias_device_plugin_names_them_are_served(resources: str) -> None:
+    s = NodeAgentSettings(node_name="n", resources=resources)
+    assert ",".join(s.resource_names) == resources
+
+
+@pytest.mark.parametrize(
+    ("resources", "message"),
+    [
+        # Kubernetes refuses '+' in a resource name: the plugin writes '.', and so do pods
+        ("nvidia.com/gpu,nvidia.com/mig-1g.10gb+me", "write nvidia.com/mig-1g.10gb.me"),
+        ("nvidia.com/mig-1g.24gb+me.all", "write nvidia.com/mig-1g.24gb.me.all"),
+        ("nvidia.com/mig-1G.10GB", "write nvidia.com/mig-1g.10gb"),  # names are case-sensitive
+        ("nvidia.com/mig-3g-40gb", "'3g-40gb' is not a MIG profile"),
+        ("nvidia.com/mig-9g.80gb", "no MIG GPU can hold"),
+        # a compute instance NVIDIA's device plugin serves: not this agent's (no quota wording)
+        ("nvidia.com/mig-1c.3g.20gb", "the node agent serves GPU instances only"),
+        ("gpu", "'gpu' is no Kubernetes extended resource name"),
+        ("nvidia.com/gpu,nvidia.com/gpu", "listed twice"),
+        (" , ", "name at least one resource"),
+    ],
+)
+def test_a_resource_the_kubelet_would_refuse_is_refused_at_start_with_the_fix(
+    resources: str, message: str
+) -> None:
+    with pytest.raises(ValueError, match="SEEDANCE_NODE_AGENT_RESOURCES") as caught:
+        NodeAgentSettings(node_name="n", resources=resources)
+    assert message in str(caught.value)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from seedance.events.gpus import GPU_MODELS, identify
 from seedance.slicer.core import GpuSpec, JobSpec, NodeSpec, Placed, Scheduler, Waiting
-from seedance.slicer.core.mig import GpuModel, mig_model
+from seedance.slicer.core.mig import GpuModel, mig_model, profiles
 
 
 def node(name: str, model: str, gpus: int = 4, **kw: object) -> NodeSpec:
@@ -59,3 +60,27 @@ def test_mig_geometry_comes_from_the_gpu_identity() -> None:
     # geometries not tabled (NVL's 94 GB, H20) and unknown names: no MIG plan
     for name in ("NVIDIA H100 NVL", "NVIDIA H20", "GPU-series-1", "T4"):
         assert mig_model(name) is None, name
+
+
+#: Which geometry each GPU of the identity's table carves as: the A100/A800 and H100/H800 by
+#: memory, the H200s; every other part (the 94 GB H100s, H800 NVL, H20, GH200, Blackwell) none.
+GEOMETRY = {
+    "A100-PCIE-40GB": GpuModel.A100_40GB, "A100-SXM4-40GB": GpuModel.A100_40GB,
+    "A800-PCIE-40GB": GpuModel.A100_40GB, "A100-PCIE-80GB": GpuModel.A100_80GB,
+    "A100-SXM4-80GB": GpuModel.A100_80GB, "A800-PCIE-80GB": GpuModel.A100_80GB,
+    "A800-SXM4-80GB": GpuModel.A100_80GB, "H100-PCIE-80GB": GpuModel.H100_80GB,
+    "H100-SXM5-80GB": GpuModel.H100_80GB, "H800-PCIE-80GB": GpuModel.H100_80GB,
+    "H800-SXM5-80GB": GpuModel.H100_80GB, "H200-SXM-141GB": GpuModel.H200_141GB,
+    "H200-NVL-141GB": GpuModel.H200_141GB,
+}  # fmt: skip
+
+
+def test_each_gpu_carves_as_its_published_table_says() -> None:
+    """The slicer reads the GPU identity's MIG tables (no copy of its own): each part's
+    geometry, and each geometry's profile names, are the identity's."""
+    for gpu in GPU_MODELS:
+        assert mig_model(gpu.model) == GEOMETRY.get(gpu.model), gpu.model
+    for model in GpuModel:
+        table = identify(model.value).identity
+        assert table is not None
+        assert tuple(p.name for p in profiles(model)) == table.mig_profiles

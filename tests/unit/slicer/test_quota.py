@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from seedance.events.gpus import identify
 from seedance.slicer.core.quota import (
     Admitted,
     QuotaError,
@@ -87,7 +90,24 @@ def test_policy_parses_every_field() -> None:
         ("version: 1\ntenants: {a: {quota: {gpu: 1}}}\n", "tenants.a.quota: unknown field 'gpu'"),
         (
             "version: 1\ntenants: {a: {quota: {mig: {big: 1}}}}\n",
-            "tenants.a.quota.mig: 'big' is not a MIG profile name",
+            "tenants.a.quota.mig: 'big' is not a MIG profile as NVIDIA names them",
+        ),
+        # a quota counts GPU instances NVIDIA names and some MIG GPU can hold
+        (
+            "version: 1\ntenants: {a: {quota: {mig: {1c.3g.20gb: 1}}}}\n",
+            "tenants.a.quota.mig: '1c.3g.20gb' is a compute instance: count its GPU instance",
+        ),
+        (
+            "version: 1\ntenants: {a: {quota: {mig: {9g.80gb: 1}}}}\n",
+            "tenants.a.quota.mig: '9g.80gb' is a GPU instance no MIG GPU can hold (9 of 7 compute",
+        ),
+        (
+            "version: 1\ntenants: {a: {quota: {mig: {1g.10gb+foo: 1}}}}\n",
+            "tenants.a.quota.mig: '1g.10gb+foo' is not a MIG profile as NVIDIA names them",
+        ),
+        (  # two spellings of one profile: which count would hold is no guess to make
+            "version: 1\ntenants: {a: {quota: {mig: {1g.10gb+me: 1, 1g.10gb.me: 2}}}}\n",
+            "tenants.a.quota.mig: '1g.10gb.me' is a second key for mig/1g.10gb+me",
         ),
         (
             "version: 1\ntenants: {a: {quota: {mig: {3g.40gb: 1.5}}}}\n",
@@ -281,3 +301,72 @@ def test_check_does_not_record(tracker: QuotaTracker) -> None:
     assert tracker.check(req("w", "solo", gpus=2)) == Admitted("w", {})
     assert tracker.usage("solo") == {}
     assert tracker.admitted() == ()
+
+
+@pytest.mark.parametrize(
+    ("key", "profile"),
+    [("1g.10gb.me", "1g.10gb+me"), ("1G.10GB+ME", "1g.10gb+me"), ("3g.40gb", "3g.40gb"),
+     ("1g.24gb.me.all", "1g.24gb+me.all"), ("1g.24gb-me", "1g.24gb-me"),
+     ("1g.12gb+gfx", "1g.12gb+gfx")],
+)  # fmt: skip
+def test_a_mig_quota_in_any_nvidia_spelling_governs_the_profile_a_placement_asks_for(
+    key: str, profile: str
+) -> None:
+    """The device plugin's ``1g.10gb.me`` (how a pod asks: ``nvidia.com/mig-1g.10gb.me``) is
+    NVML's ``1g.10gb+me``, the name the placement asks the quota for."""
+    policy = QuotaPolicy.from_yaml(
+        f"version: 1\ntenants: {{a: {{quota: {{mig: {{{key}: 1}}}}}}}}\n"
+    )
+    assert policy.tenants["a"].nominal == {f"mig/{profile}": 1}
+    tracker = QuotaTracker(policy)
+    assert tracker.admit(req("m1", "a", mig_profile=profile)) == Admitted("m1", {})
+    over = tracker.admit(req("m2", "a", mig_profile=profile))
+    assert isinstance(over, Rejected)
+    assert over.reason is RejectReason.OVER_QUOTA
+
+
+@pytest.mark.parametrize(
+    ("key", "why"),
+    [
+        # no MIG GPU holds these: NVIDIA ties a GI's memory to its slices and +gfx to GB20X parts
+        ("1g.300gb", "is a GPU instance no MIG GPU can hold"),
+        ("7g.12gb", "is a GPU instance no MIG GPU can hold"),
+        ("7g.180gb+gfx", "is a GPU instance no MIG GPU can hold"),
+        ("3g.40gb+me", "is a GPU instance no MIG GPU can hold"),
+        # the API server's RE2 refuses these: Python's $ and \d took them
+        ("1g.10gb\n", "is not a MIG profile as NVIDIA names them"),
+        ("1g.1\u0660gb", "is not a MIG profile as NVIDIA names them"),
+        # no compute instance at all: none is "a compute instance"
+        ("0c.3g.40gb", "is no MIG device (a 3g instance has no 0c"),
+        ("3c.3g.40gb", "is no MIG device (a 3g instance has no 3c"),
+        ("1c.1g.10gb", "is no MIG device (a 1g instance has no 1c"),
+        ("1c.3g.40gb", "is a compute instance: count its GPU instance 3g.40gb"),
+        # copied from nvidia-smi mig -lgip's column or a pod's resource: told what to write
+        ("MIG 1g.10gb", "is not a MIG profile as NVIDIA names them ('<g>g.<m>gb[+me|+me.all|"),
+        ("MIG 1g.10gb", ": write '1g.10gb'"),
+        ("nvidia.com/mig-1g.10gb.me", ": write '1g.10gb.me'"),
+    ],
+)
+def test_a_mig_key_no_gpu_holds_is_refused_saying_why(key: str, why: str) -> None:
+    doc = {"version": 1, "tenants": {"a": {"quota": {"mig": {key: 1}}}}}
+    with pytest.raises(QuotaError) as err:
+        QuotaPolicy.from_yaml(json.dumps(doc))
+    assert str(err.value).startswith(f"tenants.a.quota.mig: {key!r} "), str(err.value)
+    assert why in str(err.value)
+    assert "[<c>c.]" not in str(err.value)  # a quota counts GPU instances only
+
+
+@pytest.mark.parametrize(
+    ("gpu", "profile"),
+    [  # NVIDIA's profiles of parts without a table here (mig-parted's config), and the tabled
+        ("GB200", "7g.189gb"), ("GB200", "3g.95gb"), ("GH200-144GB", "1g.18gb+me"),
+        ("H20", "1g.24gb"), ("B300", "7g.269gb"), ("B300", "1g.34gb"), ("B300", "4g.135gb"),
+        ("NVIDIA RTX PRO 5000 Blackwell 48GB", "1g.12gb-me"),
+        ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "2g.48gb+me.all"),
+    ],
+)  # fmt: skip
+def test_nvidias_own_profiles_of_each_part_stay_keys(gpu: str, profile: str) -> None:
+    policy = QuotaPolicy.from_yaml(json.dumps({"version": 1, "tenants": {"a": {"quota": {
+        "mig": {profile: 1}}}}}))  # fmt: skip
+    assert policy.tenants["a"].nominal == {f"mig/{profile}": 1}
+    assert identify(f"{gpu} MIG {profile}").mig_misfit is None

@@ -385,3 +385,17 @@ def test_quota_usage_is_what_admitted_work_holds() -> None:
     e.finish("b", "b1", 4)
     assert e.quota_usage()["b"] == {}
     assert Scheduler().quota_usage() == {}
+
+
+def test_a_mig_quota_in_the_device_plugins_spelling_admits_the_placement_it_names() -> None:
+    """A quota written as a pod asks (``nvidia.com/mig-1g.10gb.me``: ``1g.10gb.me``) governs the
+    ``1g.10gb+me`` instance the slicer places, and holds at its count."""
+    quota = "version: 1\ntenants: {a: {quota: {mig: {1g.10gb.me: 1}}}}\n"
+    e = Scheduler(quota=QuotaPolicy.from_yaml(quota))
+    e.upsert_node(node("h", 1, "H100-80GB", mig_capable=True, mig_enabled=True), 0)
+    (p,) = e.submit(job("m1", mig_profile="1g.10gb+me"), 1)
+    assert isinstance(p, Placed)
+    assert p.gpus[0].mig_profile == "1g.10gb+me"
+    (w,) = e.submit(job("m2", mig_profile="1g.10gb+me"), 2)
+    assert isinstance(w, Waiting)
+    assert w.reason == "over_quota"

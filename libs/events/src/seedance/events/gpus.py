@@ -34,9 +34,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from seedance.events.mig_tables import MIG_TABLES
+
 __all__ = [
     "GKE_ACCELERATORS",
     "GPU_MODELS",
+    "MIG_GPU_INSTANCE_PATTERN",
     "GpuIdentity",
     "MigName",
     "ReportedGpu",
@@ -44,6 +47,7 @@ __all__ = [
     "families",
     "identify",
     "mig_compute_slices",
+    "mig_gpu_instance",
     "mig_profile_of_resource",
     "mig_resource_suffix",
     "name_key",
@@ -66,10 +70,10 @@ class GpuIdentity:
     #: The model is anonymised by a trace's publisher (no public facts about it).
     anonymised: bool = False
     #: Compute slices of the whole GPU in MIG mode: 7 on A100/H100/H200/B200, 4 on the A30 and
-    #: the RTX PRO 6000 Blackwell (MIG user guide, "Supported MIG Profiles": 1g is 1/4 there).
+    #: the RTX PRO 5000/6000 Blackwell (MIG user guide, "Supported MIG Profiles": 1g is 1/4 there).
     mig_compute_slices: int = 7
-    #: The GPU-instance profiles NVIDIA publishes for this part (``_MIG_TABLES``); empty where
-    #: no table is held here: then only the slices and the memory's eighths are checked.
+    #: The GPU-instance profiles NVIDIA publishes for this part (``mig_tables.MIG_TABLES``);
+    #: empty where none is held here: then the shape all tables share is checked.
     mig_profiles: tuple[str, ...] = ()
 
 
@@ -121,44 +125,12 @@ def _gpu(
     model: str, family: str, memory_gb: int | None, form: str, arch: str, *aliases: str,
     mig: bool = False, anonymised: bool = False, mig_slices: int = 7,
 ) -> GpuIdentity:  # fmt: skip
-    table = _MIG_TABLES.get((family, memory_gb)) if mig else None
+    table = MIG_TABLES.get((family, memory_gb)) if mig else None
     return GpuIdentity(
         model=model, family=family, memory_gb=memory_gb, form_factor=form, architecture=arch,
         mig_capable=mig, aliases=aliases, anonymised=anonymised, mig_compute_slices=mig_slices,
         mig_profiles=table or (),
     )  # fmt: skip
-
-
-def _mig_table(*sizes_gb: int) -> tuple[str, ...]:
-    """A 7-slice GPU's profiles from its 1g, 1g (two memory eighths) and 3g sizes and its
-    whole memory: NVIDIA's A100/H100/H200 tables all have this one shape."""
-    one, two, half, whole = sizes_gb
-    return (
-        f"1g.{one}gb", f"1g.{one}gb+me", f"1g.{two}gb", f"2g.{two}gb", f"3g.{half}gb",
-        f"4g.{half}gb", f"7g.{whole}gb",
-    )  # fmt: skip
-
-
-# NVIDIA's published GPU-instance profiles, by (family, memory GB): the MIG user guide's
-# "Supported MIG Profiles" tables (docs.nvidia.com/datacenter/tesla/mig-user-guide/
-# supported-mig-profiles.html: A30-24GB, A100-SXM4-40GB and, "names change according to the
-# memory proportion", the 80 GB A100; H100 80/94 GB; H200 141 GB), checked against NVIDIA's
-# mig-parted default config (github.com/NVIDIA/mig-parted deployments/systemd/
-# config-default.yaml), which groups the China-market A800/H800 with their siblings. A name of
-# such a part with any other profile (``7g.10gb`` on an 80 GB A100: its whole GPU is
-# ``7g.80gb``) is no MIG device it can hold. Parts not here (GH200, H20, Blackwell) are checked
-# by slices and memory eighths only.
-_MIG_TABLES: dict[tuple[str, int | None], tuple[str, ...]] = {
-    ("A30", 24): ("1g.6gb", "1g.6gb+me", "2g.12gb", "2g.12gb+me", "4g.24gb"),
-    ("A100", 40): _mig_table(5, 10, 20, 40),
-    ("A800", 40): _mig_table(5, 10, 20, 40),
-    ("A100", 80): _mig_table(10, 20, 40, 80),
-    ("A800", 80): _mig_table(10, 20, 40, 80),
-    ("H100", 80): _mig_table(10, 20, 40, 80),
-    ("H800", 80): _mig_table(10, 20, 40, 80),
-    ("H100", 94): _mig_table(12, 24, 47, 94),
-    ("H200", 141): _mig_table(18, 35, 71, 141),
-}
 
 
 # The aliases are the names real systems report, each seen where the test corpus
@@ -232,8 +204,18 @@ GPU_MODELS: tuple[GpuIdentity, ...] = (
         "H100-80GB",
         mig=True,
     ),
-    _gpu("H100-NVL-94GB", "H100", 94, "NVL", "Hopper", "H100-NVL", mig=True),
+    # The 94 GB H100s: the MIG user guide's "Supported GPUs" lists H100-SXM5 94GB and H100-PCIE
+    # 94GB (the H100 NVL), both MIG; NVIDIA's vGPU tables name them "NVIDIA H100 SXM5 94GB" and
+    # "NVIDIA H100 PCIe 94GB (H100 NVL)". NVML names the NVL ``NVIDIA H100 NVL`` (0x2321) and the
+    # SXM5 94GB only ``NVIDIA H100`` (0x2339, NVIDIA/open-gpu-kernel-modules README's supported
+    # GPUs), which the short ``H100`` already means (the 80 GB SXM5, as the book priced it): such
+    # a board is identified only by a name that carries its memory.
+    _gpu("H100-NVL-94GB", "H100", 94, "NVL", "Hopper", "H100-NVL", "H100-PCIE-94GB", mig=True),
+    _gpu("H100-SXM5-94GB", "H100", 94, "SXM5", "Hopper", mig=True),
     _gpu("H800-PCIE-80GB", "H800", 80, "PCIe", "Hopper", "H800-PCIE", mig=True),
+    # NVML: ``NVIDIA H800 NVL`` (0x233A, the same README); 94 GB and MIG as the H100 NVL, as
+    # mig-parted's config groups them ("H100 NVL, H800 NVL": 3g.47gb, 7g.94gb).
+    _gpu("H800-NVL-94GB", "H800", 94, "NVL", "Hopper", "H800-NVL", mig=True),
     _gpu("H800-SXM5-80GB", "H800", 80, "SXM5", "Hopper", "H800", "H800-80GB-HBM3", mig=True),
     _gpu("H20-SXM-96GB", "H20", 96, "SXM", "Hopper", "H20", mig=True),
     _gpu(
@@ -257,13 +239,33 @@ GPU_MODELS: tuple[GpuIdentity, ...] = (
     _gpu("GB200-186GB", "GB200", 186, "", "Blackwell", "GB200", mig=True),
     _gpu("B300-SXM-288GB", "B300", 288, "SXM", "Blackwell", "B300", "B300-SXM6-AC", mig=True),
     _gpu("GB300-288GB", "GB300", 288, "", "Blackwell", "GB300", mig=True),
+    # The MIG user guide's "Supported GPUs": the RTX PRO 6000 Blackwell Server, Workstation and
+    # Max-Q Workstation Editions (96 GB) and the RTX PRO 5000 Blackwell (48 GB), named as NVML
+    # does ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition"). Both carve in quarters: the
+    # guide's "Supported MIG Profiles" (v580, tables 10 and 11) gives 1g.12gb and 1g.24gb a 1/4
+    # of the SMs and memory, and 4g.48gb / 4g.96gb the whole GPU ("Supported GPUs" says at most
+    # 2 instances on the 5000; its profile table counts one 1g.12gb beside three 1g.12gb-me,
+    # and a 1g bills a quarter either way). NVML names a 72 GB RTX PRO 5000 the same (``RTX PRO
+    # 5000 Blackwell``, 73415 MiB in public logs): only a name with its memory fixes the 48 GB.
+    *(
+        _gpu(
+            f"RTX-PRO-6000-BLACKWELL-{edition}-96GB",
+            "RTX-PRO-6000",
+            96,
+            "PCIe",
+            "Blackwell",
+            f"RTX-PRO-6000-BLACKWELL-{edition}-EDITION",
+            mig=True,
+            mig_slices=4,
+        )
+        for edition in ("SERVER", "WORKSTATION", "MAX-Q-WORKSTATION")
+    ),
     _gpu(
-        "RTX-PRO-6000-BLACKWELL-SERVER-96GB",
-        "RTX-PRO-6000",
-        96,
+        "RTX-PRO-5000-BLACKWELL-48GB",
+        "RTX-PRO-5000",
+        48,
         "PCIe",
         "Blackwell",
-        "RTX-PRO-6000-BLACKWELL-SERVER-EDITION",
         mig=True,
         mig_slices=4,
     ),
@@ -379,8 +381,8 @@ def identify(name: str) -> ReportedGpu:
     gpu = _BY_MODEL[p.cloud] if p.cloud else (_BY_KEY.get(key) if key else None)
     if p.mig_text is None:
         return ReportedGpu(name=name, identity=gpu, shared=p.shared)
-    ci = bool(re.match(r"^\d+C\.", p.mig_text))
-    misfit = p.mig.misfit(gpu) if p.mig else f"{p.mig_text.lower()} {_NOT_A_PROFILE}"
+    ci = re.match(r"[0-9]+C\.", p.mig_text, re.ASCII) is not None
+    misfit = p.mig.misfit(gpu) if p.mig else f"{p.mig_text.lower()} {_NOT_A_DEVICE}"
     if misfit is not None:
         return ReportedGpu(
             name=name, identity=None, shared=p.shared, compute_instance=ci, mig_named=True,
@@ -415,24 +417,32 @@ def families() -> tuple[str, ...]:
 
 # ------------------------------------------------------------------------------ MIG names
 
-# NVIDIA's MIG device names (MIG user guide, "MIG Device Names" and "Supported MIG Profiles"):
-# ``[<c>c.]<g>g.<m>gb`` with an engine suffix: ``+me`` (media extensions: the GI holds the
-# decoders, JPEG and OFA, A30/A100/H100/H200/B200), ``+me.all`` (all media engines), ``+gfx``
-# (graphics) and ``-me`` (no media engines), the last three on the RTX PRO 6000 Blackwell (the
-# guide's table; NVIDIA mig-parted's config names ``1g.24gb-me``, ``1g.24gb+me.all``). Numbers
-# are written without leading zeros; anything else (``07g.80gb``, ``1g.10gb+foo``) is no name
-# NVIDIA gives.
-# Numbers of at most four digits (no MIG part has more than 7 slices or 9,999 GB: a longer one
-# would only cost ``int`` its 4,300-digit limit). NVIDIA's device plugin and GPU feature discovery
-# write ``+`` as ``.`` (a label or resource name has no ``+``: k8s-device-plugin
-# internal/resource/nvml-mig-device.go, ``GetName``), so ``1g.10gb.me`` is ``1g.10gb+me``.
-_MIG_NAME = re.compile(
-    r"^(?:(0|[1-9]\d{0,3})c\.)?(0|[1-9]\d{0,3})g\.(0|[1-9]\d{0,3})gb"
-    r"([+.]me\.all|[+.]me|[+.]gfx|-me)?$"
-)
-_NOT_A_PROFILE = (
-    "is not a MIG profile as NVIDIA names them ('[<c>c.]<g>g.<m>gb[+me|+me.all|+gfx|-me]')"
-)
+# NVIDIA's MIG device names (MIG user guide, "MIG Device Names" and "Supported MIG Profiles") are
+# ``[<c>c.]<g>g.<m>gb`` and an optional engine suffix: ``+me`` (media extensions: the GI holds
+# the decoders, JPEG and OFA; A30/A100/H100/H200/B200), and on the RTX PRO 6000 Blackwell also
+# ``+me.all`` (all media engines), ``+gfx`` (graphics) and ``-me`` (no media engines), as the
+# guide's table and NVIDIA mig-parted's config (``1g.24gb-me``, ``1g.24gb+me.all``) write them.
+# NVIDIA's device plugin and GPU feature discovery write ``+`` as ``.``, since a resource or
+# label name has no ``+`` (k8s-device-plugin internal/resource/nvml-mig-device.go, ``GetName``):
+# ``1g.10gb.me`` is ``1g.10gb+me``. Numbers have no leading zeros and at most four digits (no MIG
+# part has more than 7 slices or 9,999 GB; a longer one would only cost ``int`` its 4,300-digit
+# limit). Anything else (``07g.80gb``, ``1g.10gb+foo``) is no name NVIDIA gives.
+# Digits are ``[0-9]`` and every match is whole (``fullmatch``, ASCII case): Python's ``\d``
+# takes ``٠`` and its ``$`` a trailing newline, which the CRD's RE2 refuses, and the parser
+# and the API server must read one key alike.
+_NUMBER = r"(0|[1-9][0-9]{0,3})"
+_GPU_INSTANCE = rf"{_NUMBER}g\.{_NUMBER}gb([+.]me\.all|[+.]me|[+.]gfx|-me)?"
+_MIG_NAME = re.compile(rf"(?:{_NUMBER}c\.)?{_GPU_INSTANCE}", re.ASCII)
+#: A GPU instance's profile in any spelling ``parse_mig_profile`` reads (any case; no compute
+#: instance, no ``MIG`` word, no blanks): for a schema that cannot call it (the TenantQuota
+#: CRD's CEL rule, RE2 syntax); ``mig_gpu_instance`` is what then tells a real profile.
+MIG_GPU_INSTANCE_PATTERN = rf"(?i)^{_GPU_INSTANCE}$"
+_ENGINES = "[+me|+me.all|+gfx|-me]"
+_NOT_A_DEVICE = f"is not a MIG device as NVIDIA names them ('[<c>c.]<g>g.<m>gb{_ENGINES}')"
+_NOT_A_PROFILE = f"is not a MIG profile as NVIDIA names them ('<g>g.<m>gb{_ENGINES}')"
+# What a key copied from elsewhere carries before the profile: ``nvidia-smi mig -lgip``'s
+# column (``MIG 1g.10gb``) and the device plugin's resource name (``nvidia.com/mig-1g.10gb.me``).
+_COPIED_PREFIX = re.compile(r"(?i)(?:mig\s+|nvidia\.com/mig-)(.*)", re.ASCII | re.DOTALL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -467,8 +477,8 @@ class MigName:
         named by its GI (``3g.20gb``, never ``3c.3g.20gb``: "the CI sizing is implied in the
         device name", MIG user guide, "MIG Device Names"). A GI has 1 to the GPU's compute
         slices (an unknown GPU's: the most any MIG GPU has) and, on a part with a published
-        table (``GpuIdentity.mig_profiles``), is one of it; on another, its memory is 1 to 8
-        eighths of the GPU's (profile names round: the H200's 1g.18gb is 141/8 GB)."""
+        table (``GpuIdentity.mig_profiles``), is one of it; on another, it has the shape every
+        published table has (``_gi_shape``)."""
         g, c = self.gi_slices, self.ci_slices
         if c is not None and not 1 <= c < g:
             return (
@@ -488,9 +498,30 @@ class MigName:
                 return None
             known = ", ".join(gpu.mig_profiles)
             return f"no GPU instance {self.gpu_instance} on {gpu.model} (NVIDIA's: {known})"
-        eighths = round(self.memory_gb * 8 / gpu.memory_gb) if gpu.memory_gb else 1
-        ok = 1 <= eighths <= 8
-        return None if ok else f"{self.memory_gb} GB is no eighth of {gpu.model}'s {gpu.memory_gb}"
+        return _gi_shape(self, gpu)
+
+
+def _gi_shape(mig: MigName, gpu: GpuIdentity) -> str | None:
+    """Why ``gpu``, a MIG part without a published table here, holds no GI ``mig``; None where
+    it can. Every table NVIDIA publishes (``MIG_TABLES``, and mig-parted's profiles of the
+    GH200, H20, GB200 and B300) has this shape: a ``<g>g`` GI holds ``g`` to ``2g`` eighths of
+    the GPU's memory and at most all of it (the H200's 1g.18gb is 141/8 GB, its 1g.35gb two
+    eighths, its 3g.71gb four; names round: GB200's 7g.189gb is its 186 GB), and only ``+me``
+    on a 1g: ``+gfx``, ``+me.all`` and ``-me`` are the GB20X parts' (tabled above)."""
+    g, memory_gb = mig.gi_slices, mig.memory_gb
+    if mig.engines and (mig.engines != "+me" or g != 1):
+        return f"no {mig.engines} GPU instance on {gpu.model} (NVIDIA gives its 1g +me only)"
+    if not gpu.memory_gb:
+        return None
+    eighths = round(memory_gb * 8 / gpu.memory_gb)
+    if eighths > 8:
+        return f"{memory_gb} GB is more than {gpu.model}'s {gpu.memory_gb} GB"
+    if not g <= eighths <= 2 * g:
+        return (
+            f"a {g}g instance holds {g} to {min(2 * g, 8)} eighths of {gpu.model}'s "
+            f"{gpu.memory_gb} GB, not {memory_gb} GB"
+        )
+    return None
 
 
 def parse_mig_profile(text: str) -> MigName | None:
@@ -499,7 +530,7 @@ def parse_mig_profile(text: str) -> MigName | None:
     case, no ``MIG`` word), or None where it is written
     otherwise. Whether a GPU can hold it is ``MigName.misfit``: ``0c.3g.40gb`` and
     ``9g.80gb`` are read here and fit no GPU there."""
-    m = _MIG_NAME.match(text.strip().lower())
+    m = _MIG_NAME.fullmatch(text.strip().lower())
     if m is None:
         return None
     ci, g, memory, engines = m.groups()
@@ -523,10 +554,46 @@ def mig_resource_suffix(profile: str) -> str:
     return profile.replace("+", ".")
 
 
+def mig_gpu_instance(text: str) -> str:
+    """The GPU-instance profile ``text`` names, as NVIDIA writes it, for a key that counts GPU
+    instances of any GPU (a tenant's quota): ``1g.10gb.me`` and ``1G.10GB+ME`` are
+    ``1g.10gb+me``. ValueError naming ``text`` and why where it names none: no MIG name
+    (``3g-40gb``, `` 3g.40gb``; ``MIG 1g.10gb`` and ``nvidia.com/mig-1g.10gb.me`` are told
+    what to write), a compute instance (``1c.3g.20gb``: its GI is counted; ``3c.3g.40gb`` is
+    none), or a GPU instance no MIG GPU of the table can hold (``9g.80gb``, ``1g.0gb``,
+    ``7g.12gb``; ``MigName.misfit``)."""
+    if _GPU_INSTANCE_RE.fullmatch(text) is None:
+        raise ValueError(f"{text!r} {_why_no_gpu_instance(text)}")
+    mig = parse_mig_profile(text)
+    assert mig is not None  # the pattern is the parser's
+    if not any(mig.misfit(gpu) is None for gpu in _MIG_GPUS):
+        engines = f" with {mig.engines}" if mig.engines else ""
+        why = mig.misfit(None) or (
+            f"no MIG part's table or shape has a {mig.gi_slices}g of {mig.memory_gb} GB{engines}"
+        )
+        raise ValueError(f"{text!r} is a GPU instance no MIG GPU can hold ({why})")
+    return mig.gpu_instance
+
+
+def _why_no_gpu_instance(text: str) -> str:
+    device = parse_mig_profile(text) if _MIG_NAME.fullmatch(text.lower()) else None
+    if device is not None:  # a compute instance's name, real or not
+        why = device.misfit(None)
+        if why is not None:
+            return f"is no MIG device ({why})"
+        return f"is a compute instance: count its GPU instance {device.gpu_instance}"
+    copied = _COPIED_PREFIX.fullmatch(text)
+    if copied and _GPU_INSTANCE_RE.fullmatch(copied[1]):
+        return f"{_NOT_A_PROFILE}: write {copied[1]!r}"
+    return _NOT_A_PROFILE
+
+
 def mig_compute_slices(gpu: GpuIdentity | None) -> int:
     """The compute slices of ``gpu``'s whole GPU in MIG mode; where the model is unknown, the
     most any MIG GPU has (7), which is what its MIG devices are read against."""
     return gpu.mig_compute_slices if gpu is not None else _MAX_MIG_SLICES
 
 
-_MAX_MIG_SLICES = max(g.mig_compute_slices for g in GPU_MODELS if g.mig_capable)
+_MIG_GPUS = tuple(g for g in GPU_MODELS if g.mig_capable)
+_MAX_MIG_SLICES = max(g.mig_compute_slices for g in _MIG_GPUS)
+_GPU_INSTANCE_RE = re.compile(MIG_GPU_INSTANCE_PATTERN, re.ASCII)

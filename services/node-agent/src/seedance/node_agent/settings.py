@@ -7,7 +7,12 @@ import re
 
 import msgspec
 
-from seedance.events.gpus import identify
+from seedance.events.gpus import (
+    identify,
+    mig_gpu_instance,
+    mig_resource_suffix,
+    parse_mig_profile,
+)
 from seedance.events.tokens import InvalidToken, check_token, kube_node_token
 from seedance.node_agent.core.simulated import parse_mig_layout
 
@@ -19,6 +24,61 @@ _MAX_SIMULATED = 16
 _CONFIG_MAP = re.compile(
     r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-.a-z0-9]{0,251}[a-z0-9])?$"
 )
+
+
+#: A Kubernetes extended resource name: a DNS subdomain, ``/``, a name of at most 63 characters
+#: (letters, digits, ``-``, ``_``, ``.``; no ``+``), as the kubelet validates a device plugin's.
+_RESOURCE = re.compile(
+    r"^(?=.{1,253}/)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+    r"/(?=.{1,63}$)[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+_MIG_RESOURCE = "nvidia.com/mig-"
+
+
+def _check_resources(raw: str) -> None:
+    """Each resource one the kubelet accepts and, for ``nvidia.com/mig-<profile>``, named as
+    NVIDIA's device plugin names it (``+`` as ``.``: a pod asks for that name, and a served
+    ``nvidia.com/mig-1g.10gb+me`` is refused by the kubelet at registration)."""
+    names = [r.strip() for r in raw.split(",") if r.strip()]
+    if not names:
+        raise ValueError(f"SEEDANCE_NODE_AGENT_RESOURCES={raw!r}: name at least one resource")
+    for name in names:
+        fix = ""
+        if name.startswith(_MIG_RESOURCE):
+            _refuse_compute_instance(name)
+            try:
+                profile = mig_gpu_instance(name.removeprefix(_MIG_RESOURCE))
+            except ValueError as exc:
+                raise ValueError(f"SEEDANCE_NODE_AGENT_RESOURCES: {name!r}: {exc}") from None
+            fix = _MIG_RESOURCE + mig_resource_suffix(profile)
+        if fix and name != fix:
+            raise ValueError(
+                f"SEEDANCE_NODE_AGENT_RESOURCES: {name!r} is not the resource NVIDIA's device "
+                f"plugin serves {profile} instances as (a Kubernetes resource name has no '+': "
+                f"the plugin writes '.', in lower case), and the kubelet would refuse it or no "
+                f"pod would ask for it: write {fix}"
+            )
+        if not _RESOURCE.match(name):
+            raise ValueError(
+                f"SEEDANCE_NODE_AGENT_RESOURCES: {name!r} is no Kubernetes extended resource "
+                "name: write <domain>/<name> (letters, digits, '-', '_', '.'), e.g. nvidia.com/gpu"
+            )
+    if len(set(names)) < len(names):
+        raise ValueError(f"SEEDANCE_NODE_AGENT_RESOURCES={raw!r}: a resource is listed twice")
+
+
+def _refuse_compute_instance(name: str) -> None:
+    """``nvidia.com/mig-1c.3g.20gb`` is a resource NVIDIA's device plugin serves (a compute
+    instance of a GPU instance); this agent serves, and the slicer places, whole GPU instances."""
+    device = parse_mig_profile(name.removeprefix(_MIG_RESOURCE))
+    if device is None or device.ci_slices is None or device.misfit(None) is not None:
+        return
+    raise ValueError(
+        f"SEEDANCE_NODE_AGENT_RESOURCES: {name!r} is a MIG compute instance's resource; the "
+        f"node agent serves GPU instances only (nvidia.com/mig-<g>g.<m>gb, e.g. "
+        f"{_MIG_RESOURCE}{mig_resource_suffix(device.gpu_instance)}): leave compute instances "
+        "to NVIDIA's device plugin"
+    )
 
 
 def _above_zero(**values: float) -> None:
@@ -141,6 +201,7 @@ class NodeAgentSettings(msgspec.Struct, frozen=True, kw_only=True):
                 "model Seedance knows: name it as NVML does (e.g. 'NVIDIA A100-SXM4-80GB', "
                 "'Tesla T4', 'NVIDIA H100 80GB HBM3')"
             )
+        _check_resources(self.resources)
         check_token("SEEDANCE_NODE_AGENT_SIMULATED_POOL", self.simulated_pool)
         self._check_simulated_mig()
         if self.mig_manager_config and not _CONFIG_MAP.match(self.mig_manager_config):

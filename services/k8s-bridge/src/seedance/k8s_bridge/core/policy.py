@@ -31,6 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from seedance.events.gpus import mig_gpu_instance
 from seedance.events.slicing_policy import SlicingApplied
 from seedance.events.tokens import InvalidToken, check_tenant
 from seedance.k8s_bridge.core.cr_status import ACCEPTED, MIG_PROFILE, READY, Reason
@@ -300,11 +301,14 @@ def _dims(raw: object, where: str) -> dict[str, int]:
     if not isinstance(mig, Mapping):
         raise _Invalid(Reason.INVALID_SPEC, f"{where}.mig: expected an object, got {mig!r}")
     for prof, count in mig.items():
-        if not isinstance(prof, str) or not MIG_PROFILE.match(prof):
-            raise _Invalid(
-                Reason.INVALID_SPEC, f"{where}.mig: {prof!r} is not a MIG profile name like 3g.40gb"
-            )
-        dims["mig/" + prof] = _count(count, f"{where}.mig.{prof}")
+        # keyed as the slicer keys it: NVIDIA's name of the profile, however the CR spells it
+        try:
+            dim = "mig/" + mig_gpu_instance(prof if isinstance(prof, str) else repr(prof))
+        except ValueError as exc:
+            raise _Invalid(Reason.INVALID_SPEC, f"{where}.mig: {exc}") from None
+        if dim in dims:
+            raise _Invalid(Reason.INVALID_SPEC, f"{where}.mig: {prof!r} is a second key for {dim}")
+        dims[dim] = _count(count, f"{where}.mig.{prof}")
     return dims
 
 

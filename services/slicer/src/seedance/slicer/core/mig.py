@@ -6,10 +6,12 @@ needs, which start slot an instance takes on a GPU's current layout, and how a d
 re-cut for a target demand. It must not talk to NVML, the bus or a clock: the shell applies a
 `MigPlan` with `nvidia-smi mig` / NVML and reports the resulting layout back.
 
-Source of the tables: NVIDIA Multi-Instance GPU User Guide, "Supported MIG Profiles" and
-"Supported GPUs" (docs.nvidia.com/datacenter/tesla/mig-user-guide/), and the placements that
-`nvidia-smi mig -lgipp` prints for H100 (`19:{0..6}:1, 20:{0..6}:1, 15:{0,2,4,6}:2,
-14:{0,2,4}:2, 9:{0,4}:4, 5:{0}:4, 0:{0}:8`); A100 and H200 have the same slot geometry.
+Source of the tables: the profiles' names and sizes are the GPU identity's, read from
+`seedance.events.gpus` (`GpuIdentity.mig_profiles`: NVIDIA Multi-Instance GPU User Guide,
+"Supported MIG Profiles"), never copied here; the geometry is this module's, from the same
+guide and the placements that `nvidia-smi mig -lgipp` prints for H100 (`19:{0..6}:1,
+20:{0..6}:1, 15:{0,2,4,6}:2, 14:{0,2,4}:2, 9:{0,4}:4, 5:{0}:4, 0:{0}:8`); A100 and H200 have
+the same slot geometry.
 A placement is (start, size) in memory slices, as in NVML's `nvmlGpuInstancePlacement_t`;
 creating an instance fails when its memory slices overlap an existing one.
 
@@ -30,7 +32,7 @@ import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from seedance.events.gpus import identify, mig_resource_suffix
+from seedance.events.gpus import GpuIdentity, identify, mig_resource_suffix, parse_mig_profile
 
 __all__ = [
     "COMPUTE_SLICES",
@@ -97,8 +99,10 @@ class MigProfile:
         return f"nvidia.com/mig-{mig_resource_suffix(self.name)}"
 
 
-# (profile_id, compute slices, memory slices, start slots, max count, media extensions); the
-# memory-size suffix per model follows. Order: smallest first, which `smallest_profile` relies on.
+# (profile_id, compute slices, memory slices, start slots, max count, media extensions), in
+# the order of NVIDIA's profile tables (1g, 1g+me, 1g of two memory slices, 2g, 3g, 4g, 7g:
+# ``GpuIdentity.mig_profiles``), smallest first, which `smallest_profile` relies on. The names
+# and memory sizes are the GPU identity's, read in `_build_profiles`: no second copy here.
 _SHAPES: tuple[tuple[int, int, int, tuple[int, ...], int, bool], ...] = (
     (19, 1, 1, (0, 1, 2, 3, 4, 5, 6), 7, False),
     (20, 1, 1, (0, 1, 2, 3, 4, 5, 6), 1, True),
@@ -109,29 +113,32 @@ _SHAPES: tuple[tuple[int, int, int, tuple[int, ...], int, bool], ...] = (
     (0, 7, 8, (0,), 1, False),
 )
 
-# Nominal GB of each shape (same order as _SHAPES), per model, from the MIG user guide's tables.
-_MEM_GB: dict[GpuModel, tuple[int, ...]] = {
-    GpuModel.A100_40GB: (5, 5, 10, 10, 20, 20, 40),
-    GpuModel.A100_80GB: (10, 10, 20, 20, 40, 40, 80),
-    GpuModel.H100_80GB: (10, 10, 20, 20, 40, 40, 80),
-    GpuModel.H200_141GB: (18, 18, 35, 35, 71, 71, 141),
-}
+
+def _identity(model: GpuModel) -> GpuIdentity:
+    gpu = identify(model.value).identity
+    assert gpu is not None, model  # each value is a short name the identity knows
+    return gpu
 
 
 def _build_profiles() -> dict[GpuModel, tuple[MigProfile, ...]]:
+    """Each model's profiles: NVIDIA's names from the GPU identity's table (``GpuIdentity.
+    mig_profiles``), on this module's shapes; a table of another shape is refused at import."""
     table: dict[GpuModel, tuple[MigProfile, ...]] = {}
-    for model, mem in _MEM_GB.items():
+    for model in GpuModel:
+        names = _identity(model).mig_profiles
         rows = []
-        for (pid, compute, memory, starts, max_count, me), gb in zip(_SHAPES, mem, strict=True):
-            suffix = "+me" if me else ""
+        for (pid, compute, memory, starts, max_count, me), name in zip(_SHAPES, names, strict=True):
+            read = parse_mig_profile(name)
+            if read is None or (read.gi_slices, read.engines == "+me") != (compute, me):
+                raise ValueError(f"{model}'s MIG profile {name!r} is not the shape {pid} here")
             rows.append(
                 MigProfile(
                     model=model,
-                    name=f"{compute}g.{gb}gb{suffix}",
+                    name=name,
                     profile_id=pid,
                     compute_slices=compute,
                     memory_slices=memory,
-                    mem_gb=gb,
+                    mem_gb=read.memory_gb,
                     start_slots=starts,
                     max_count=max_count,
                     media_extensions=me,
@@ -144,17 +151,13 @@ def _build_profiles() -> dict[GpuModel, tuple[MigProfile, ...]]:
 MIG_PROFILES: Mapping[GpuModel, tuple[MigProfile, ...]] = _build_profiles()
 
 
-# The GPU identity's (family, memory) whose MIG geometry is one of the tables above: the China
-# market's A800 / H800 carve like their siblings. The H100 NVL (94 GB), H20 and Blackwell parts
-# have geometries of their own, not tabled here: their GPUs get no MIG plan.
-_GEOMETRY: Mapping[tuple[str, int], GpuModel] = {
-    ("A100", 40): GpuModel.A100_40GB,
-    ("A800", 40): GpuModel.A100_40GB,
-    ("A100", 80): GpuModel.A100_80GB,
-    ("A800", 80): GpuModel.A100_80GB,
-    ("H100", 80): GpuModel.H100_80GB,
-    ("H800", 80): GpuModel.H100_80GB,
-    ("H200", 141): GpuModel.H200_141GB,
+# A GPU carves as one of the models above where its identity's published profile table and its
+# architecture are that model's: the China market's A800 / H800 as their siblings (the tables
+# group them, as mig-parted does), the A100 and H100 80 GB apart though their tables agree.
+# Parts with another table (the 94 GB H100s, the H800 NVL) or none (H20, GH200, Blackwell) get
+# no MIG plan.
+_GEOMETRY: Mapping[tuple[tuple[str, ...], str], GpuModel] = {
+    (_identity(m).mig_profiles, _identity(m).architecture): m for m in GpuModel
 }
 
 
@@ -164,9 +167,9 @@ def mig_model(model: str) -> GpuModel | None:
     (``seedance.events.gpus``) says which model it is, so ``A100`` is the 80 GB part the
     replayed fleets and the price book mean, and an unknown name has none."""
     gpu = identify(model).identity
-    if gpu is None or gpu.memory_gb is None:
+    if gpu is None or not gpu.mig_profiles:
         return None
-    return _GEOMETRY.get((gpu.family, gpu.memory_gb))
+    return _GEOMETRY.get((gpu.mig_profiles, gpu.architecture))
 
 
 def profiles(model: GpuModel) -> tuple[MigProfile, ...]:
