@@ -86,9 +86,13 @@ demo: install triton-env data  ## the whole stack on a local nats-server with a 
 
 .PHONY: test
 # The data check comes first: a missing trace is named (with `make data`) before anything slow.
-test: install data-check triton-env system-deps  ## data check, lint, schema/auth/RBAC/proto drift checks, then unit, integration and end-to-end tests (starts its own nats-server)
+# pytest runs in PYTEST_WORKERS processes (pytest-xdist): one per core, at most 4, each with its
+# own nats-server; a module's tests stay in one process (its fixtures start once). 0 runs them in
+# this one, as does --nats-url (the tests would share that one server's streams).
+PYTEST_WORKERS ?= $(if $(findstring --nats-url,$(PYTEST_ARGS)),0,$(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 4 ? n : 4 ))))
+test: install data-check triton-env system-deps  ## data check, lint, schema/auth/RBAC/proto drift checks, then unit, integration and end-to-end tests (starts its own nats-servers)
 	$(MAKE) --no-print-directory lint schemas-check nats-auth-check rbac-check proto-oip-check proto-deviceplugin
-	.venv/bin/pytest $(PYTEST_ARGS)
+	.venv/bin/pytest -n $(PYTEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
 
 # Each service's benchmarks and extra targets live in mk/<area>.mk.
 -include mk/*.mk

@@ -53,6 +53,7 @@ def test_a_fresh_pair_encodes_as_nkeys_curve_keys_and_round_trips() -> None:
         (new_issuer().seed.decode(), "curve seed"),  # an account (signing) seed: SA...
         (GO_PUBLIC, "bytes"),
     ],
+    ids=["checksum", "short", "base32", "signing-seed", "public-key"],  # stable: a random seed
 )
 def test_what_is_not_a_curve_seed_is_refused(seed: str, why: str) -> None:
     with pytest.raises(XKeyError, match=why):

@@ -373,7 +373,11 @@ def test_a_password_the_server_would_misparse_is_refused_naming_the_variable(
     assert value not in str(err.value) or value.isalpha()  # never echoes the secret
 
 
-@pytest.mark.parametrize("value", [*ACCEPTED, *(nats_config.new_password() for _ in range(5))])
+@pytest.mark.parametrize(
+    "value",
+    [*ACCEPTED, *(nats_config.new_password() for _ in range(5))],
+    ids=[*ACCEPTED, *(f"new-{i}" for i in range(5))],  # stable: xdist's workers must agree
+)
 def test_a_password_the_rule_accepts_starts_the_server(value: str, tmp_path: object) -> None:
     nats_config.check_server_password("NATS_PASSWORD_A", value)
     done = _server_accepts(value, tmp_path)

@@ -50,6 +50,8 @@ def test_a_known_cause_keeps_its_id() -> None:
         "usage:job-1:node-a:2026-03-01T12:00:r0",
         "",
     ],
+    # Stable ids: the causes are random, and pytest-xdist's workers must collect the same tests.
+    ids=["v7", "v4", "upper", "braced", "urn", "hex", "spaced", "not-hex", "usage", "empty"],
 )
 def test_every_form_of_cause_gives_the_reference_id(cause: str) -> None:
     assert derived_event_id(cause, "released/t/j") == reference(cause, "released/t/j")

@@ -189,6 +189,7 @@ def test_too_many_gpus_for_one_node_are_refused() -> None:
             job_id="j" * 128,
         ),
     ],
+    ids=lambda data: f"{len(data)}B",  # stable (values hold random ids): xdist's workers agree
 )
 def test_real_values_decode(data: bytes) -> None:
     event = decode(data)

@@ -22,7 +22,7 @@ from seedance.sdk import SeedanceClient
 from seedance.testing.identities import ADMIN, password
 from seedance.testing.processes import ServiceProcesses
 
-__all__ = ["compile_phase", "describe_compile"]
+__all__ = ["compile_phase", "describe_compile", "timed_line"]
 
 CONTRIB = "com.microsoft"
 
@@ -89,8 +89,26 @@ async def compile_phase(url: str, procs: ServiceProcesses) -> int:
     for line in describe_compile(model, onnx.load_from_string(artifact), str(r.precision)):
         say(line)
     say(f"  passes: {', '.join(r.passes_fired)}; {elapsed_s:.1f} s")
+    say(timed_line(r.timings))
     _measured(r)
     return 0
+
+
+def timed_line(timings: Any) -> str:
+    """Each candidate's best median on the target, the chosen one marked. The pick is measured
+    (the fastest candidate that passed its accuracy check), so a busier machine may pick
+    another precision for the same model: this line says what this run timed."""
+    best: dict[str, tuple[float, bool]] = {}
+    for t in timings:
+        if t.median_ms is None:
+            continue
+        ms, chosen = best.get(t.candidate, (float("inf"), False))
+        best[t.candidate] = (min(ms, t.median_ms), chosen or t.chosen)
+    ranked = sorted(best.items(), key=lambda kv: kv[1][0])
+    return "  timed: " + (
+        ", ".join(f"{c} {ms:.2f} ms" + (" (chosen)" if ch else "") for c, (ms, ch) in ranked)
+        or "nothing"
+    )
 
 
 def _measured(r: Any) -> None:
