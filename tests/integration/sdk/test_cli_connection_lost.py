@@ -6,15 +6,18 @@ pinned nats-server of its own running the shipped authorization, which the test 
 the command waits (a cost stream followed, a job's answer awaited). ``--connect-timeout-s``
 also bounds how long the lost connection is retried. Before: the follow waited for ever (the
 client reconnected for ever and the reader sat on an empty queue), and a submit waited its
-whole ``--wait-s`` and ended 1, "no answer", blaming the slicer.
+whole ``--wait-s`` and ended 1, "no answer", blaming the slicer. A Ctrl-C that landed as a
+guarded call (the connect, the consumer's creation) ended was lost, and the follow ran on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -25,6 +28,8 @@ from seedance.core.service import EXIT_BUS_UNAVAILABLE
 from seedance.events import new_event_id
 from seedance.events.cost import CostEntry
 from seedance.events.subjects import costs, jobs
+from seedance.sdk.cli import invoke
+from seedance.sdk.refusals import Violations
 from seedance.testing.paths import REPO
 from seedance.testing.servers import NatsServer
 from seedance.testing.waits import eventually, last_stored
@@ -41,13 +46,30 @@ RECONNECT_S = "1"
 END_WITHIN_S = 60.0
 
 
+@contextlib.contextmanager
+def ctrl_c_as_in_a_terminal() -> Iterator[None]:
+    """SIGINT handled here as Python does by default (KeyboardInterrupt), as in a terminal's
+    foreground, while the block runs: a child started meanwhile gets SIGINT's default action,
+    and an ``asyncio.run`` here installs its own handler. A suite started where SIGINT is
+    ignored (a non-interactive shell's background job, nohup) hands the ignoring on to every
+    child (POSIX), whose Ctrl-C then does nothing: the test waited out END_WITHIN_S."""
+    was = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        if was is not None:
+            signal.signal(signal.SIGINT, was)
+
+
 async def seedance(url: str, *args: str) -> asyncio.subprocess.Process:
     user = f"tenant-{TENANT}"
-    return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "seedance.sdk.cli", "--nats-url", url, "--user", user,
-        "--password", shipped_password(user), "--connect-timeout-s", RECONNECT_S, *args,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=Path(REPO),
-    )  # fmt: skip
+    with ctrl_c_as_in_a_terminal():
+        return await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "seedance.sdk.cli", "--nats-url", url, "--user", user,
+            "--password", shipped_password(user), "--connect-timeout-s", RECONNECT_S, *args,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=Path(REPO),
+        )  # fmt: skip
 
 
 async def ended(proc: asyncio.subprocess.Process) -> tuple[int, str, str]:
@@ -72,9 +94,8 @@ async def admin_of(server: NatsServer) -> Bus:
     return admin
 
 
-async def following(server: NatsServer, job_id: str) -> asyncio.subprocess.Process:
-    """A ``costs watch`` that has printed the one cost entry of ``job_id`` stored before it
-    started: the stream was read, and the next event is awaited."""
+async def store_entry(server: NatsServer, job_id: str) -> None:
+    """One cost entry of ``job_id`` in the tenant's cost stream."""
     admin = await admin_of(server)
     try:
         await admin.publish(costs.subject(TENANT, "entry"), CostEntry(
@@ -83,6 +104,12 @@ async def following(server: NatsServer, job_id: str) -> asyncio.subprocess.Proce
         ))  # fmt: skip
     finally:
         await admin.close()
+
+
+async def following(server: NatsServer, job_id: str) -> asyncio.subprocess.Process:
+    """A ``costs watch`` that has printed the one cost entry of ``job_id`` stored before it
+    started: the stream was read, and the next event is awaited."""
+    await store_entry(server, job_id)
     proc = await seedance(server.url, "costs", "watch", "--tenant", TENANT)
     try:
         assert proc.stdout is not None
@@ -156,3 +183,43 @@ async def test_a_cost_follow_stopped_by_ctrl_c_ends_130_quietly() -> None:
             proc.kill()
             await proc.wait()
         server.stop()
+
+
+@pytest.mark.parametrize("guarded", [1, 2], ids=["connect", "consumer-creation"])
+def test_a_ctrl_c_as_a_guarded_call_ends_is_not_lost(
+    guarded: int, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C at the instant the ``guarded``-th call the client guards against a refused
+    permission (the connect, the consumer's creation) has ended, while the guard ends its watch
+    for a refusal. The SIGINT is raised in that watch's cancellation, in-process, so that
+    ``asyncio.run``'s own handler cancels the command there. Before: the cancel was handed to
+    the watch and swallowed with it, and the follow ran on (here it printed the entry and ended
+    0 at ``--count 1``; without it, for ever: the suite's 60 s hang of the test above)."""
+    server = shipped_test_server()
+    try:
+        asyncio.run(store_entry(server, f"interrupted-{guarded}"))
+        watches = 0
+        watch = Violations.next
+
+        async def interrupted(self: Violations) -> object:
+            nonlocal watches
+            watches += 1
+            mine = watches
+            try:
+                return await watch(self)
+            except asyncio.CancelledError:
+                if mine == guarded:
+                    signal.raise_signal(signal.SIGINT)  # its handler runs before this returns
+                raise
+
+        monkeypatch.setattr(Violations, "next", interrupted)
+        user = f"tenant-{TENANT}"
+        with ctrl_c_as_in_a_terminal():
+            rc = invoke([
+                "--nats-url", server.url, "--user", user, "--password", shipped_password(user),
+                "costs", "watch", "--tenant", TENANT, "--count", "1",
+            ])  # fmt: skip
+    finally:
+        server.stop()
+    assert watches >= guarded
+    assert (rc, *capsys.readouterr()) == (130, "", "")

@@ -178,3 +178,26 @@ async def test_a_wait_that_leaves_readiness_alone_is_not_awaited() -> None:
         10.0,
     )
     assert seen == [frozenset()] * 2
+
+
+async def test_a_cancel_of_the_caller_while_the_refused_create_ends_is_raised() -> None:
+    """A cancel of the caller (a service's SIGTERM) that lands while the refused create is being
+    ended is raised. Before: asyncio handed it on to the create the bus awaited, and it was
+    swallowed with the create's own cancel; the start went on to wait for the provision."""
+    bus, watch = _bus(ScriptedJs([]), SteppingClock())
+    subject = f"$JS.API.STREAM.CREATE.{STREAM}"
+    caller: asyncio.Future[Any] | None = None
+
+    async def create() -> object:
+        await watch.error(_denial(subject))
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            assert caller is not None
+            caller.cancel()  # the caller's own cancel, just as the bus ends the create
+            raise
+        raise AssertionError("unreachable")
+
+    caller = asyncio.ensure_future(bus.unless_refused(subject, create))
+    await asyncio.wait([caller])
+    assert caller.cancelled()

@@ -33,6 +33,7 @@ from seedance.core.drift import PROVISION_HINT, check_drift, stream_config
 from seedance.core.errors import BusUnavailable, NoStream, ServerTooOld, StartRefused, StreamRefused
 from seedance.core.logs import get_logger
 from seedance.core.publisher import AckedBatch, Message, PubAck, Publisher, PublishRefused
+from seedance.core.tasks import cancel_until_done_shielded
 from seedance.core.tracing import inject_headers, tracer
 from seedance.events import Event, encode
 from seedance.events.subjects import CONSUMERS, STREAMS, ConsumerSpec, Header, StreamSpec
@@ -381,11 +382,9 @@ class Bus:
             await asyncio.wait({attempt, refused}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             self._watch.denials.remove(entry)
-            refused.cancel()
-            if not attempt.done():
-                attempt.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await attempt
+            # Not ``cancel(); await`` under a suppressed CancelledError: the caller's cancel (a
+            # SIGTERM) landing there is handed on to the task awaited and swallowed with it.
+            await cancel_until_done_shielded((refused, attempt))
         return (True, None) if attempt.cancelled() else (False, attempt.result())
 
     async def _await_stream(self, stream: str, watch: ConnectWatch, unready: bool) -> None:

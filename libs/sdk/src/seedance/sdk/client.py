@@ -188,7 +188,8 @@ class SeedanceClient:
         violations = Violations(settings.inbox_prefix or "_INBOX")
         # Connecting asks JetStream for the account (a request, answered on the inbox): a
         # refused inbox subscription is reported here, not as a time-out.
-        bus = await violations.guard(Bus.connect(settings, error_cb=violations.heard, clock=clock))
+        connecting = Bus.connect(settings, error_cb=violations.heard, clock=clock)
+        bus = await violations.guard(connecting, discard=Bus.close)  # closed on a late Ctrl-C
         return cls(bus, violations, tenant=tenant or _tenant_of_inbox(settings.inbox_prefix))
 
     async def __aenter__(self) -> Self:
@@ -265,8 +266,7 @@ class SeedanceClient:
         at: datetime | None = None,
         wait_s: float | None = None,
     ) -> JobOutcome:
-        """Publish ``job.failed.v1`` with its ``reason``; with ``wait_s``, wait for its
-        ``JobReleased``."""
+        """Publish ``job.failed.v1`` with its ``reason``; with ``wait_s``, its ``JobReleased``."""
         return await self._lifecycle("failed", tenant, job_id, at, wait_s, reason=reason)
 
     async def cancel_job(

@@ -8,12 +8,12 @@ is never mistaken for a time-out. Must not decide what a tenant may do: the serv
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from seedance.core.errors import SeedanceError
+from seedance.core.tasks import cancel_until_done_shielded
 
 __all__ = ["PermissionRefused", "Violations"]
 
@@ -69,18 +69,32 @@ class Violations:
         self._waiters.append(fut)
         return await fut
 
-    async def guard(self, op: Awaitable[_T]) -> _T:
-        """``op``'s result, or the PermissionRefused the server sends while it runs."""
+    async def guard(
+        self, op: Awaitable[_T], *, discard: Callable[[_T], Awaitable[object]] | None = None
+    ) -> _T:
+        """``op``'s result, or the PermissionRefused the server sends while it runs. A cancel of
+        the caller (the CLI's Ctrl-C) is raised whenever it comes, even once ``op`` is done;
+        ``discard`` is then awaited with the result it drops (a connection to close)."""
         task = asyncio.ensure_future(op)
         refused = asyncio.ensure_future(self.next())
         try:
-            done, _ = await asyncio.wait({task, refused}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for f in (task, refused):
-                if not f.done():
-                    f.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await f
+            try:
+                done, _ = await asyncio.wait({task, refused}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                # Not ``cancel(); await`` under a suppressed CancelledError: a cancel of the
+                # caller landing in that await is handed to the task awaited (Task.cancel passes
+                # it on) and swallowed with the task's own; the caller ran on (a Ctrl-C at the
+                # end of a connect left `seedance costs watch` following for ever).
+                try:
+                    await cancel_until_done_shielded((task, refused))
+                finally:
+                    for f in (task, refused):
+                        if f.done() and not f.cancelled():
+                            f.exception()  # a late error of the one cancelled is not news
+        except asyncio.CancelledError:
+            if discard is not None and not task.cancelled() and task.exception() is None:
+                await discard(task.result())
+            raise
         if task in done:
             return task.result()
         raise refused.result()
