@@ -147,10 +147,13 @@ async def agent_on(
     tmp_path: Path,
     pod_resources_socket: str | None = None,
     bus_settings: BusSettings | None = None,
+    mig: ConstructedNvmlMig | None = None,
 ) -> AsyncIterator[Agent]:
     """An agent started against ``api`` and running; stopped and closed after the block. The
     kubelet's pod-resources socket is absent unless ``pod_resources_socket`` names one; the
-    agent connects to ``nats_url`` without a user unless ``bus_settings`` say otherwise."""
+    agent connects to ``nats_url`` without a user unless ``bus_settings`` say otherwise. Its
+    GPUs' MIG state is ``mig`` (a fresh four-GPU one unless given: a restarted agent's GPUs
+    keep theirs)."""
     settings = agent_settings(
         plugin_dir,
         tmp_path,
@@ -159,7 +162,7 @@ async def agent_on(
         memory_sample_s=0.025,  # four memory reads a window
         labels_interval_s=0.5,
     )
-    nvml, mig = NodeNvml(), ConstructedNvmlMig(gpus=4)
+    nvml, mig = NodeNvml(), mig or ConstructedNvmlMig(gpus=4)
     service, runtime = node_agent(
         settings,
         bus_settings or BusSettings(url=nats_url),

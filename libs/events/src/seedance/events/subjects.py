@@ -207,9 +207,11 @@ class slicing:
     STORED = (
         PLACEMENTS, UNSCHEDULABLE, PREEMPTIONS, RELEASES, REJECTIONS, SHARES, ALERTS, CAPACITY
     )  # fmt: skip
-    #: The MIG plans' own stream, small and short-lived: the node agent takes plans live (a
-    #: core subscription), and that interest lets a tenant's push consumer deliver there, so
-    #: whatever captures the plan subject stores those deliveries (docs/security.md).
+    #: The MIG plans' own stream, small and short-lived: each node agent reads its node's
+    #: plans from it with its own ``node-agent-plans-<node>`` (`node_plan_reader`), never as
+    #: core messages: a stored plan reaches an agent that subscribed on another server of a
+    #: cluster, or restarted, and no core subscription gives a tenant's push consumer the
+    #: interest it needs to deliver onto a plan subject (docs/security.md).
     PLAN_STREAM = "SEEDANCE_NODE_PLANS"
 
     @staticmethod
@@ -392,15 +394,15 @@ _DECLARED: tuple[StreamSpec, ...] = (
     ),
     # After SEEDANCE_SLICING: a server's streams may not overlap, and provision narrows an
     # old SEEDANCE_SLICING (``seedance.slicing.>``) before it creates this one. Bounded in
-    # bytes, per node and in age: nothing reads plans from a stream (the node agents take them
-    # live), and a tenant's push consumer onto a node's plan subject stores its deliveries and
-    # idle heartbeats here; discard old keeps the slicer's publishes acknowledged.
+    # bytes, per node and in age: a node agent reads the plans published while it was down
+    # at its next start (an hour, 64 per node, is what it can catch up on); discard old keeps
+    # the slicer's publishes acknowledged.
     StreamSpec(
         slicing.PLAN_STREAM,
         (slicing.MIG_PLANS,),
         max_age_s=3600.0,
         max_msgs_per_subject=64,
-        description="MIG plans per node (the node agents take them live; none are read here)",
+        description="MIG plans per node (each node agent reads its own node's)",
     ),
     StreamSpec(
         routing.STREAM,
@@ -527,6 +529,17 @@ CONSUMERS: dict[str, ConsumerSpec] = {
             "node-agent-in",
             ledger.NODE_STREAM,
             (*slicing.HOLDS, slicing.SHARES),
+            acked=False,
+            inactive_s=3600.0,
+        ),
+        # Each node agent reads its node's MIG plans with its own ``node-agent-plans-<node>``
+        # (`node_permissions.node_plan_reader`: that name, with its node's plan subject as the
+        # filter, is all a node's user may create there), replayed from the stream's first at
+        # every start; no acks.
+        ConsumerSpec(
+            "node-agent-plans",
+            slicing.PLAN_STREAM,
+            (slicing.MIG_PLANS,),
             acked=False,
             inactive_s=3600.0,
         ),
