@@ -11,7 +11,6 @@ import contextlib
 import os
 import shutil
 import tempfile
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from kubernetes_asyncio import client
 
 from seedance.core.bus import BusSettings
 from seedance.events.base import new_event_id
-from seedance.events.codec import decode
+from seedance.events.codec import decode, encode
 from seedance.events.slicing import GpuAssignment, MigInstanceChange, MigLayoutPlan, PlacementKind
 from seedance.events.subjects import slicing, telemetry
 from seedance.events.telemetry import PodShares
@@ -325,6 +324,14 @@ async def test_allocate_through_the_service_and_the_shares_it_measures(agent: Ag
     assert peaks[0] == 6144.0
 
 
+@pytest.fixture
+async def plans_purged(bus: Any) -> AsyncIterator[None]:
+    """The node's plans purged after the test: an agent of a later test would read them back."""
+    yield
+    await bus.js.purge_stream(slicing.PLAN_STREAM, subject=slicing.mig_plan("gpu-1:example"))
+
+
+@pytest.mark.usefixtures("plans_purged")
 async def test_a_mig_plan_on_the_nodes_subject_is_applied_once(agent: Agent) -> None:
     a = agent
     plan = MigLayoutPlan(
@@ -336,40 +343,32 @@ async def test_a_mig_plan_on_the_nodes_subject_is_applied_once(agent: Agent) -> 
     )
     await a.bus.publish(slicing.mig_plan("gpu-1:example"), plan)
     await mig_wait(a, lambda: len(a.mig.gpu_instances(2)) == 1, "MIG plan applied")
-    await a.bus.publish(slicing.mig_plan("gpu-1:example"), plan)  # a re-send
+    # A re-send after the stream's duplicate window (stored again: another Nats-Msg-Id).
+    await a.bus.js.publish(
+        slicing.mig_plan("gpu-1:example"), encode(plan), headers={"Nats-Msg-Id": "re-send"}
+    )
     replayed = 'seedance_node_agent_mig_plans_total{outcome="already_applied"} 1.0'
     await mig_wait(a, lambda: metric_line(a, replayed), "the re-send counted, not re-done")
     assert [c[0] for c in a.mig.calls] == ["create_gi", "create_ci"]
 
 
-async def test_a_plan_a_push_consumer_delivers_onto_the_nodes_subject_is_not_applied(
-    agent: Agent,
-) -> None:
-    """A consumer's deliver subject is checked against no one's permissions: a tenant can
-    point one at the plan subject (tests/integration/deploy/test_push_deliver.py). Here the
-    stored message even decodes as a plan (the worst case): before, the agent applied it."""
+@pytest.mark.usefixtures("plans_purged")
+async def test_a_stored_message_that_is_no_plan_is_not_applied(agent: Agent) -> None:
+    """The plans' stream stores what a tenant's push consumer delivers onto a plan subject
+    while something subscribes there (an operator's ``nats sub``): its idle heartbeats under
+    the plan subject with an empty body. The agent reads them and refuses them undecoded; the
+    plan after them is applied. Before, such deliveries reached the agent's own subscription."""
     a = agent
-    tag = uuid.uuid4().hex[:8]
-    stream, stored = f"FORGED_{tag}", f"forged.{tag}"
-    await a.bus.js.add_stream(name=stream, subjects=[stored])
-    forged = MigLayoutPlan(
+    subject = slicing.mig_plan("gpu-1:example")
+    await a.bus.js.publish(subject, b"")  # a heartbeat's copy: no body, no Status header
+    plan = MigLayoutPlan(
         id=new_event_id(), at=T0, node="gpu-1:example", gpu_index=3,
         create=[MigInstanceChange(profile="3g.71gb", start_slot=0)],
     )  # fmt: skip
-    await a.bus.publish(stored, forged)
-    await a.bus.js.add_consumer(
-        stream,
-        deliver_subject=slicing.mig_plan("gpu-1:example"),
-        ack_policy="none",
-        idle_heartbeat=0.5,  # status messages on the plan subject too
-        inactive_threshold=5.0,
-    )
-    refused = 'seedance_node_agent_mig_plans_total{outcome="not_published"}'
-    await mig_wait(a, lambda: metric_line(a, refused), "the delivery refused as not published")
-    # The delivery reached the agent and was refused; GPU 3 stays untouched (the refusal is
-    # decided before the plan is decoded, so no later handling could apply it).
-    assert a.mig.gpu_instances(3) == []
-    assert not [c for c in a.mig.calls if c[1] == "3"], a.mig.calls
+    await a.bus.publish(subject, plan)
+    await mig_wait(a, lambda: len(a.mig.gpu_instances(3)) == 1, "the plan after it applied")
+    refused = 'seedance_node_agent_mig_plans_total{outcome="not_published"} 1.0'
+    await mig_wait(a, lambda: metric_line(a, refused), "the copy refused as no stored plan")
 
 
 async def mig_wait(a: Agent, check: Callable[[], Any], what: str) -> None:

@@ -38,7 +38,7 @@ def ids(plans: list[MigLayoutPlan]) -> list[str]:
 def test_plans_missed_while_down_are_applied_in_order_from_the_first() -> None:
     nvml = ConstructedNvmlMig(gpus=2)
     applier = MigApplier(nvml, allocated=lambda gpu: [])
-    choice = plans_to_apply([HALVES, OTHER, RECUT], applier.in_effect)
+    choice = plans_to_apply([HALVES, OTHER, RECUT], applier.in_effect, replay=True)
     assert ids(choice.apply) == ids([HALVES, OTHER, RECUT])
     for p in choice.apply:
         applier.apply(p)
@@ -58,7 +58,7 @@ def test_a_plan_older_than_one_in_effect_is_never_applied_again() -> None:
     applier.apply(RECUT)
     calls = len(nvml.calls)
     fresh = MigApplier(nvml, allocated=lambda gpu: [])  # the agent restarted: no ids known
-    choice = plans_to_apply([HALVES, RECUT], fresh.in_effect)
+    choice = plans_to_apply([HALVES, RECUT], fresh.in_effect, replay=True)
     assert (ids(choice.apply), ids(choice.in_effect), ids(choice.superseded)) == (
         [],
         [RECUT.id],
@@ -71,15 +71,26 @@ def test_only_the_plans_after_the_newest_in_effect_are_applied() -> None:
     nvml = ConstructedNvmlMig(gpus=2)
     applier = MigApplier(nvml, allocated=lambda gpu: [])
     applier.apply(HALVES)
-    choice = plans_to_apply([HALVES, OTHER, RECUT], applier.in_effect)
+    choice = plans_to_apply([HALVES, OTHER, RECUT], applier.in_effect, replay=True)
     assert ids(choice.apply) == ids([OTHER, RECUT])
     assert ids(choice.in_effect) == [HALVES.id]
 
 
-def test_where_the_node_cannot_tell_only_each_gpus_newest_plan_is_applied() -> None:
-    choice = plans_to_apply([HALVES, OTHER, RECUT], None)
-    assert ids(choice.apply) == ids([OTHER, RECUT])
-    assert ids(choice.superseded) == [HALVES.id]
+def test_where_the_node_cannot_tell_a_replay_is_not_applied_and_new_plans_are() -> None:
+    """mig-manager's slots are its own: a plan applied before the start would be applied
+    again, its instances read at other slots and added twice."""
+    replayed = plans_to_apply([HALVES, OTHER, RECUT], None, replay=True)
+    assert (replayed.apply, ids(replayed.not_replayed)) == ([], ids([HALVES, OTHER, RECUT]))
+    live = plans_to_apply([HALVES, RECUT], None, replay=False)
+    assert (ids(live.apply), live.not_replayed) == (ids([HALVES, RECUT]), [])
+
+
+def test_plans_published_after_the_start_follow_the_same_rule() -> None:
+    nvml = ConstructedNvmlMig(gpus=2)
+    applier = MigApplier(nvml, allocated=lambda gpu: [])
+    applier.apply(HALVES)
+    choice = plans_to_apply([HALVES, RECUT], applier.in_effect, replay=False)
+    assert (ids(choice.apply), ids(choice.in_effect)) == ([RECUT.id], [HALVES.id])
 
 
 def test_a_gpu_off_mig_mode_shows_no_plan_in_effect() -> None:

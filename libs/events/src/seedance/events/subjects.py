@@ -207,11 +207,8 @@ class slicing:
     STORED = (
         PLACEMENTS, UNSCHEDULABLE, PREEMPTIONS, RELEASES, REJECTIONS, SHARES, ALERTS, CAPACITY
     )  # fmt: skip
-    #: The MIG plans' own stream, small and short-lived: each node agent reads its node's
-    #: plans from it with its own ``node-agent-plans-<node>`` (`node_plan_reader`), never as
-    #: core messages: a stored plan reaches an agent that subscribed on another server of a
-    #: cluster, or restarted, and no core subscription gives a tenant's push consumer the
-    #: interest it needs to deliver onto a plan subject (docs/security.md).
+    #: The MIG plans' own stream, small and short-lived, which each node agent reads its node's
+    #: plans from (never as core messages: docs/node-agent.md, "MIG plans").
     PLAN_STREAM = "SEEDANCE_NODE_PLANS"
 
     @staticmethod
@@ -503,6 +500,9 @@ def _c(durable: str, stream: str, *filters: str, **kw: Unpack[_ConsumerOptions])
     return ConsumerSpec(durable=durable, stream=stream, filter_subjects=filters, **kw)
 
 
+#: A reader that keeps its own position (no acks), removed by the server after an hour unread.
+_READER: _ConsumerOptions = {"acked": False, "inactive_s": 3600.0}
+
 CONSUMERS: dict[str, ConsumerSpec] = {
     c.durable: c
     for c in (
@@ -525,24 +525,10 @@ CONSUMERS: dict[str, ConsumerSpec] = {
         # by reading the trusted decisions from its own mirror of the ledger's merged input
         # (no one else reads it, so per-node reader names are safe there):
         # ``node-agent-in-<node>``, no acks.
-        ConsumerSpec(
-            "node-agent-in",
-            ledger.NODE_STREAM,
-            (*slicing.HOLDS, slicing.SHARES),
-            acked=False,
-            inactive_s=3600.0,
-        ),
+        _c("node-agent-in", ledger.NODE_STREAM, *slicing.HOLDS, slicing.SHARES, **_READER),
         # Each node agent reads its node's MIG plans with its own ``node-agent-plans-<node>``
-        # (`node_permissions.node_plan_reader`: that name, with its node's plan subject as the
-        # filter, is all a node's user may create there), replayed from the stream's first at
-        # every start; no acks.
-        ConsumerSpec(
-            "node-agent-plans",
-            slicing.PLAN_STREAM,
-            (slicing.MIG_PLANS,),
-            acked=False,
-            inactive_s=3600.0,
-        ),
+        # (`node_permissions.node_plan_reader`: its plan subject alone), from the stream's first.
+        _c("node-agent-plans", slicing.PLAN_STREAM, slicing.MIG_PLANS, **_READER),
         # The slicer's right-sizing loop: its decisions (the shares the scheduler set among
         # them: it follows what the scheduler holds) and the nodes' shares, as the ledger's.
         _c(

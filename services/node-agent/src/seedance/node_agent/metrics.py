@@ -92,9 +92,9 @@ class NodeAgentMetrics:
         self.mig_plans_total = Counter(
             "seedance_node_agent_mig_plans_total",
             "MIG layout plans by outcome (applied, already_applied, refused, failed; "
-            "superseded: read back at a start, older than a plan in effect or its GPU's newest, "
-            "not applied; not_published: a stored message that is not the slicer's plan, not "
-            "decoded; undecodable).",
+            "superseded: older than a plan in effect, not applied; not_replayed: read back at "
+            "a start where mig-manager applies plans, not applied; not_published: a stored "
+            "message that is not the slicer's plan, not decoded; undecodable).",
             ["outcome"],
             registry=registry,
         )

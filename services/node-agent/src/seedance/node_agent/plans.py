@@ -10,7 +10,8 @@ subscriptions the publishing server knows of, and the agent never read plans bac
 
 Plans are handed over in the stream's order, a batch at a time, and only those still to apply
 (`core.mig.plans_to_apply`): the replay at a start is one batch, so a plan older than one the
-GPU already shows done is never applied again. Each message is first checked to be a stored
+GPU already shows done is never applied again (where the node cannot tell, mig-manager's, the
+replay is not applied at all). Each message is first checked to be a stored
 plan of this node's reader (`core.plan_source`). It must not apply a plan itself (the service's
 applier does) nor read another node's plans.
 """
@@ -18,6 +19,7 @@ applier does) nor read another node's plans.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
@@ -70,18 +72,25 @@ class PlanFeed:
         self._batch = batch
         self._reader: PullReader | None = None
         self._backlog = 0
-        self._held: list[MigLayoutPlan] = []  # the replay, until the whole of it is read
+        #: Plans read and not handed over yet, with their consumer sequence (the first bind's
+        #: replay is held until the whole of it is read).
+        self._held: list[tuple[MigLayoutPlan, int]] = []
         self._delivered = 0
+        #: Whether the replay of the first bind is handed over (a rebind's is not a replay:
+        #: it reads on from ``seq``).
+        self._replayed = False
         self.seq = 0
 
     async def start(self) -> None:
         # From the stream's first message (64 a node, an hour at most): what was published
         # while the agent was down. After an interruption, from the next one not read.
+        if not self._replayed:  # interrupted before the replay was whole: read it again
+            self.seq, self._held = 0, []
         spec = replace(self._spec, start_seq=self.seq + 1) if self.seq else self._spec
         await self._bus.ensure_consumer(spec)
         # A fresh no-ack consumer's pending count is exactly what it holds from its start.
         info = await self._bus.js.consumer_info(spec.stream, spec.durable)
-        self._backlog, self._delivered, self._held = info.num_pending or 0, 0, []
+        self._backlog, self._delivered = info.num_pending or 0, 0
         if self._reader is not None:
             await self._reader.close()
         self._reader = PullReader(self._bus.nc, spec.stream, spec.durable, batch=self._batch)
@@ -104,16 +113,28 @@ class PlanFeed:
             self._read(msg)
         if self._delivered < self._backlog:
             return  # the replay is applied whole: a later plan of a GPU supersedes an earlier
-        plans, self._held = self._held, []
+        held, self._held = self._held, []
+        if not self._replayed:  # the first bind's backlog: what the stream held at the start
+            self._replayed = True
+            await self._hand_over([p for p, seq in held if seq <= self._backlog], replay=True)
+            held = [(p, seq) for p, seq in held if seq > self._backlog]
+        await self._hand_over([p for p, _seq in held], replay=False)
+
+    async def _hand_over(self, plans: list[MigLayoutPlan], *, replay: bool) -> None:
         if not plans:
             return
-        choice = await asyncio.to_thread(plans_to_apply, plans, self._in_effect)
+        choice = await asyncio.to_thread(
+            functools.partial(plans_to_apply, plans, self._in_effect, replay=replay)
+        )
         for plan in choice.in_effect:
             self._skipped("already_applied")
             log.info("mig_plan_in_effect", plan=plan.id, gpu=plan.gpu_index)
         for plan in choice.superseded:
             self._skipped("superseded")
             log.info("mig_plan_superseded", plan=plan.id, gpu=plan.gpu_index)
+        for plan in choice.not_replayed:
+            self._skipped("not_replayed")
+            log.warning("mig_plan_not_replayed", plan=plan.id, gpu=plan.gpu_index)
         for plan in choice.apply:
             await self._apply(plan)
 
@@ -126,7 +147,7 @@ class PlanFeed:
             log.warning("mig_plan_not_published", reason=why, seq=self.seq)
             return
         try:
-            self._held.append(decode(msg.data, MigLayoutPlan))
+            self._held.append((decode(msg.data, MigLayoutPlan), self._delivered))
         except DecodeError as exc:
             self._skipped("undecodable")
             log.warning("mig_plan_undecodable", error=str(exc), seq=self.seq)
