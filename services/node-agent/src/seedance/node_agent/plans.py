@@ -11,9 +11,9 @@ subscriptions the publishing server knows of, and the agent never read plans bac
 Plans are handed over in the stream's order, a batch at a time, and only those still to apply
 (`core.mig.plans_to_apply`): the replay at a start is one batch, so a plan older than one the
 GPU already shows done is never applied again (where the node cannot tell, mig-manager's, the
-replay is not applied at all). Each message is first checked to be a stored
-plan of this node's reader (`core.plan_source`). It must not apply a plan itself (the service's
-applier does) nor read another node's plans.
+replay is not applied at all). Each message is first checked to be a stored plan of this
+node's reader (`core.plan_source`). It must not apply a plan itself (the service's applier does)
+nor read another node's plans.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ class PlanFeed:
     """This node's plans, in stream order, to ``apply``; ``seq`` is the last stream sequence
     read. ``in_effect`` (None: the node cannot tell) says whether the node shows a plan done;
     ``skipped(outcome)`` counts a message not applied (``not_published``, ``undecodable``,
-    ``superseded``).
+    ``already_applied``, ``superseded``, ``not_replayed``).
 
     ``start`` binds the reader (from ``seq`` on after a first bind), ``run`` reads: the
     messages the stream held at the bind as one batch, then each batch as it comes.
