@@ -39,6 +39,7 @@ from tests.integration.node_agent.test_allocation import NODE, kube_api
 from tests.integration.node_agent.test_deviceplugin import FakeKubelet
 from tests.integration.node_agent.test_service import (
     agent_on,
+    answering_kubelet,
     kubelet,
     metric_line,
     mig_wait,
@@ -48,7 +49,7 @@ from tests.unit.node_agent.nvml_mig import ConstructedNvmlMig
 
 pytestmark = pytest.mark.integration
 
-__all__ = ["kubelet", "plugin_dir"]  # the service tests' fixtures
+__all__ = ["answering_kubelet", "kubelet", "plugin_dir"]  # the service tests' fixtures
 
 T0 = datetime(2026, 12, 7, 22, 0, tzinfo=UTC)
 TOKEN = kube_node_token(NODE)
@@ -144,7 +145,7 @@ def applied(mig: ConstructedNvmlMig, sent: MigLayoutPlan) -> Callable[[], bool]:
 
 
 async def test_a_plan_published_on_another_server_as_the_start_returns_is_applied(
-    cluster: Cluster, kubelet: FakeKubelet, plugin_dir: str, tmp_path: Path
+    cluster: Cluster, kubelet: FakeKubelet, plugin_dir: str, tmp_path: Path, answering_kubelet: str
 ) -> None:
     c = cluster
     async with kube_api(tmp_path) as (api, api_client):
@@ -153,7 +154,7 @@ async def test_a_plan_published_on_another_server_as_the_start_returns_is_applie
             mig = ConstructedNvmlMig(gpus=4)
             async with agent_on(
                 api, api_client, c.a.url, c.slicer, kubelet, plugin_dir, tmp_path,
-                bus_settings=c.node, mig=mig,
+                answering_kubelet, bus_settings=c.node, mig=mig,
             ) as agent:  # fmt: skip
                 sent = plan(k % 4, [], [("3g.71gb", 0)])
                 await c.slicer.publish(SUBJECT, sent)
@@ -161,7 +162,7 @@ async def test_a_plan_published_on_another_server_as_the_start_returns_is_applie
 
 
 async def test_a_plan_published_while_the_agent_is_down_is_applied_at_its_start(
-    cluster: Cluster, kubelet: FakeKubelet, plugin_dir: str, tmp_path: Path
+    cluster: Cluster, kubelet: FakeKubelet, plugin_dir: str, tmp_path: Path, answering_kubelet: str
 ) -> None:
     """And a plan read back that a newer one superseded is never applied again: at the next
     start both are read back, and the older one, re-created, would put back the 3g at slot 4
@@ -176,7 +177,7 @@ async def test_a_plan_published_while_the_agent_is_down_is_applied_at_its_start(
     def agent() -> Any:
         return agent_on(
             api, api_client, c.a.url, c.slicer, kubelet, plugin_dir, tmp_path,
-            bus_settings=c.node, mig=mig,
+            answering_kubelet, bus_settings=c.node, mig=mig,
         )  # fmt: skip
 
     async with kube_api(tmp_path) as (api, api_client):

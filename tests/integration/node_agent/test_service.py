@@ -29,6 +29,7 @@ from seedance.events.telemetry import PodShares
 from seedance.node_agent.core.placement import NodeDevices
 from seedance.node_agent.core.shares import ProcessSample
 from seedance.node_agent.deviceplugin import api_pb2, api_pb2_grpc
+from seedance.node_agent.podresources import api_pb2 as pr_pb2
 from seedance.testing.kube_api import KubeApiServer
 from seedance.testing.waits import eventually
 from tests.conftest import serving
@@ -44,6 +45,8 @@ from tests.integration.node_agent.test_allocation import (
     publish,
 )
 from tests.integration.node_agent.test_deviceplugin import FakeKubelet
+from tests.integration.node_agent.test_podresources import FakeKubeletPodResources
+from tests.integration.node_agent.test_podresources import serving as serving_pod_resources
 from tests.unit.node_agent.nvml_mig import ConstructedNvmlMig
 
 pytestmark = pytest.mark.integration
@@ -212,6 +215,54 @@ async def agent(
         yield a
 
 
+@contextlib.asynccontextmanager
+async def pod_resources_at(
+    sock: str, pods: list[pr_pb2.PodResources] | None = None
+) -> AsyncIterator[FakeKubeletPodResources]:
+    """The kubelet's pod-resources List at ``sock`` for the block, naming ``pods`` (none)."""
+    fake = FakeKubeletPodResources()
+    fake.pods = pods or []
+    async with serving_pod_resources(fake, sock):
+        yield fake
+
+
+@contextlib.asynccontextmanager
+async def short_dir() -> AsyncIterator[str]:
+    path = tempfile.mkdtemp(prefix="prs-")  # a unix socket's path must stay short
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+async def answering_kubelet() -> AsyncIterator[str]:
+    """The socket of a kubelet whose pod-resources List answers (no pod holds a device): the
+    agent reads MIG plans only once it has (a plan may touch only a GPU no pod holds)."""
+    async with short_dir() as path:
+        sock = os.path.join(path, "kubelet.sock")
+        async with pod_resources_at(sock):
+            yield sock
+
+
+@pytest.fixture
+async def plan_agent(
+    nats_url: str,
+    bus: Any,
+    kubelet: FakeKubelet,
+    plugin_dir: str,
+    tmp_path: Path,
+    answering_kubelet: str,
+) -> AsyncIterator[Agent]:
+    async with (
+        kube_api(tmp_path) as (api, api_client),
+        agent_on(
+            api, api_client, nats_url, bus, kubelet, plugin_dir, tmp_path, answering_kubelet
+        ) as a,
+    ):
+        yield a
+
+
 async def metric_line(a: Agent, line: str) -> bool:
     return line in (await get(a.base + "/metrics"))[1]
 
@@ -332,8 +383,8 @@ async def plans_purged(bus: Any) -> AsyncIterator[None]:
 
 
 @pytest.mark.usefixtures("plans_purged")
-async def test_a_mig_plan_on_the_nodes_subject_is_applied_once(agent: Agent) -> None:
-    a = agent
+async def test_a_mig_plan_on_the_nodes_subject_is_applied_once(plan_agent: Agent) -> None:
+    a = plan_agent
     plan = MigLayoutPlan(
         id=new_event_id(),
         at=T0,
@@ -353,12 +404,12 @@ async def test_a_mig_plan_on_the_nodes_subject_is_applied_once(agent: Agent) -> 
 
 
 @pytest.mark.usefixtures("plans_purged")
-async def test_a_stored_message_that_is_no_plan_is_not_applied(agent: Agent) -> None:
+async def test_a_stored_message_that_is_no_plan_is_not_applied(plan_agent: Agent) -> None:
     """The plans' stream stores what a tenant's push consumer delivers onto a plan subject
     while something subscribes there (an operator's ``nats sub``): its idle heartbeats under
     the plan subject with an empty body. The agent reads them and refuses them undecoded; the
     plan after them is applied. Before, such deliveries reached the agent's own subscription."""
-    a = agent
+    a = plan_agent
     subject = slicing.mig_plan("gpu-1:example")
     await a.bus.js.publish(subject, b"")  # a heartbeat's copy: no body, no Status header
     plan = MigLayoutPlan(
@@ -369,6 +420,65 @@ async def test_a_stored_message_that_is_no_plan_is_not_applied(agent: Agent) -> 
     await mig_wait(a, lambda: len(a.mig.gpu_instances(3)) == 1, "the plan after it applied")
     refused = 'seedance_node_agent_mig_plans_total{outcome="not_published"} 1.0'
     await mig_wait(a, lambda: metric_line(a, refused), "the copy refused as no stored plan")
+
+
+def gpu_plan(gpu: int) -> MigLayoutPlan:
+    return MigLayoutPlan(
+        id=new_event_id(),
+        at=T0,
+        node=TOKEN,
+        gpu_index=gpu,
+        create=[MigInstanceChange(profile="3g.71gb", start_slot=0)],
+    )
+
+
+@pytest.mark.usefixtures("plans_purged")
+async def test_a_plan_for_a_gpu_the_node_lacks_fails_alone(plan_agent: Agent) -> None:
+    """GPU 9 on a four-GPU node: NVML raises. The plan is counted failed, the next one is
+    applied, and the agent runs on. Before, the error ended the agent (and every start after,
+    while the stream kept the plan)."""
+    a = plan_agent
+    await a.bus.publish(slicing.mig_plan(TOKEN), gpu_plan(9))
+    await a.bus.publish(slicing.mig_plan(TOKEN), gpu_plan(2))
+    await mig_wait(a, lambda: len(a.mig.gpu_instances(2)) == 1, "the plan after it applied")
+    failed = 'seedance_node_agent_mig_plans_total{outcome="failed"} 1.0'
+    await mig_wait(a, lambda: metric_line(a, failed), "the bad plan counted as failed")
+    assert (await get(a.base + "/readyz"))[0] == 200
+
+
+@pytest.mark.usefixtures("plans_purged")
+async def test_plans_wait_until_the_kubelet_says_which_pods_hold_each_gpu(
+    nats_url: str, bus: Any, kubelet: FakeKubelet, plugin_dir: str, tmp_path: Path
+) -> None:
+    """A plan stored while the agent was down, for GPU 2, which a pod holds; the agent starts
+    while the kubelet's pod-resources List does not answer. No plan is read until it does,
+    and then the plan is refused: GPU 2 is not drained. Before, the agent went on without the
+    kubelet's word and cut the GPU under the pod."""
+    await bus.publish(slicing.mig_plan(TOKEN), gpu_plan(2))
+    holder = pr_pb2.PodResources(
+        name="holder",
+        namespace="team-a",
+        containers=[
+            pr_pb2.ContainerResources(
+                name="main",
+                devices=[
+                    pr_pb2.ContainerDevices(resource_name="nvidia.com/gpu", device_ids=[UUIDS[2]])
+                ],
+            )
+        ],
+    )
+    async with short_dir() as path, kube_api(tmp_path) as (api, api_client):
+        sock = os.path.join(path, "kubelet.sock")  # nothing serves it yet
+        async with agent_on(
+            api, api_client, nats_url, bus, kubelet, plugin_dir, tmp_path, sock
+        ) as a:
+            unanswered = 'seedance_node_agent_pod_resources_failures_total{use="labels"}'
+            await eventually(lambda: metric_line(a, unanswered), what="the kubelet asked")
+            async with pod_resources_at(sock, [holder]):
+                refused = 'seedance_node_agent_mig_plans_total{outcome="refused"} 1.0'
+                await mig_wait(a, lambda: metric_line(a, refused), "the plan refused")
+            assert a.mig.gpu_instances(2) == []
+            assert a.mig.calls == []
 
 
 async def mig_wait(a: Agent, check: Callable[[], Any], what: str) -> None:

@@ -239,6 +239,7 @@ class NodeAgentService:
                 apply=self._apply_plan,
                 in_effect=self._mig.in_effect,
                 skipped=lambda outcome: self.metrics.mig_plans_total.labels(outcome).inc(),
+                clock=self._clock,
             )
             await self._plans.start()
             self._rt.loop(self._plans_loop)
@@ -354,13 +355,21 @@ class NodeAgentService:
     async def _plans_loop(self) -> None:
         assert self._plans is not None
         assert self._labeller is not None
-        # The pods holding each GPU first: a plan read back at a start is applied only to a
-        # GPU no pod holds, which the labeller knows once it has asked the kubelet.
+        # The pods holding each GPU first: a plan (one read back at a start too) is applied
+        # only to a GPU no pod holds, which the labeller knows once the kubelet has answered
+        # it. Until then no plan is read (the stream keeps them); the labels loop asks again.
         try:
             await self._labeller.refresh()
         except grpc.RpcError as exc:
-            self.metrics.pod_resources_failures_total.labels("labels").inc()
-            log.warning("pod_resources_unreachable", use="plans", error=str(exc))
+            self.metrics.pod_resources_failures_total.labels("plans").inc()
+            log.warning(
+                "mig_plans_deferred",
+                reason="the kubelet's pod-resources List did not answer: which pods hold each "
+                "GPU is unknown; plans wait until it answers",
+                error=str(exc),
+            )
+            await self._labeller.answered.wait()
+            log.info("mig_plans_resumed")
         await self._plans.run()
 
     async def _apply_plan(self, plan: MigLayoutPlan) -> None:
