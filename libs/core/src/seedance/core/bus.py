@@ -440,13 +440,14 @@ class Bus:
             await self.clock.sleep(_PROVISION_POLL_S)
 
     async def ensure_consumer(self, spec: ConsumerSpec) -> None:
-        """Create (or update) ``spec``'s consumer; a refused create raises ConsumerRefused at
-        once, a refused delete (not acked) or info (deliver_new) times out (5 s) as before."""
+        """Create (or update) ``spec``'s consumer; a refused create or delete (not acked) raises
+        ConsumerRefused at once, a refused info (deliver_new) times out (5 s) as before."""
         if not spec.acked:
             # A reader that keeps its own position: it starts where it says, and a consumer's
             # start cannot be changed, so the old one goes first.
+            delete = f"$JS.API.CONSUMER.DELETE.{spec.stream}.{spec.durable}"
             with contextlib.suppress(NotFoundError):
-                await self.js.delete_consumer(spec.stream, spec.durable)
+                await self._consumer_call(spec, delete, self.js.delete_consumer)
         deliver, start_seq = await self._consumer_start(spec)
         config = js_api.ConsumerConfig(
             durable_name=spec.durable if spec.acked else None,
@@ -460,21 +461,29 @@ class Bus:
             backoff=list(spec.backoff_s) or None,
             inactive_threshold=spec.inactive_s or None,
         )
-        if not spec.filter_subjects:
-            pass
-        elif len(spec.filter_subjects) == 1:
+        if len(spec.filter_subjects) == 1:
             config.filter_subject = spec.filter_subjects[0]
-        else:
+        elif spec.filter_subjects:
             config.filter_subjects = list(spec.filter_subjects)
         # Since 2.10 a create on an existing durable with a changed config is an update.
         # nats-py's create subject: the filter in it where there is one (a permission holds it).
         create = f"$JS.API.CONSUMER.CREATE.{spec.stream}.{spec.durable}"
         create += f".{config.filter_subject}" if config.filter_subject else ""
-        refused, _ = await self.unless_refused(
-            create, lambda: self.js.add_consumer(spec.stream, config)
-        )
+        await self._consumer_call(spec, create, lambda s, _d: self.js.add_consumer(s, config))
+
+    async def _consumer_call(
+        self, spec: ConsumerSpec, subject: str, call: Callable[[str, str], Awaitable[object]]
+    ) -> None:
+        """``call(stream, durable)``, the request on ``subject``; ConsumerRefused where this user
+        may not send it or no one answers it in its account (503, no code: an old NATS config)."""
+        try:
+            refused, _ = await self.unless_refused(subject, lambda: call(spec.stream, spec.durable))
+        except (nats.js.errors.ServiceUnavailableError, nats.errors.NoRespondersError) as exc:
+            if getattr(exc, "code", None) is not None:
+                raise
+            refused = True
         if refused:
-            raise errors.ConsumerRefused(who(self.settings), spec.stream, spec.durable, create)
+            raise errors.ConsumerRefused(who(self.settings), spec.stream, spec.durable, subject)
 
     async def _consumer_start(self, spec: ConsumerSpec) -> tuple[js_api.DeliverPolicy, int | None]:
         """Where a created (or updated) consumer starts: its ``start_seq``, else the stream's
