@@ -9,7 +9,9 @@ Before, the agent core-subscribed to its plan subject: a subscription reaches B 
 routes a moment after A has it (``seedance.core.barrier``), and a plan B stored meanwhile went
 to no one (a throwaway script, the old path on this cluster: 11 of 300 plans lost, 2026-12-07
 22:23 UTC, load 1.98 on 2 cores), and the agent never read plans back, so one published while
-it was down was lost too. It now reads them from the stream with its own reader.
+it was down was lost too. It now reads them from the stream with its own reader. Its
+kubelet's pod-resources List answers (no pod holds a GPU): the agent reads no plan before it
+has.
 """
 
 from __future__ import annotations
