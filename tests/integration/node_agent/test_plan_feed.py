@@ -15,9 +15,11 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+import nats.js.errors
 import pytest
 from structlog.testing import capture_logs
 
@@ -238,3 +240,33 @@ async def test_the_placements_replay_ends_though_its_decisions_went_before_they_
         await feed.close()
     assert feed.caught_up
     assert len(feed.book) == 0
+
+
+async def test_a_plan_published_while_the_reader_waited_is_live_after_a_rebind(
+    bus: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bound, then not read (the plans wait for the kubelet): the server drops the idle
+    consumer, and the next read binds again. A plan published after the start is live, and
+    applied where the node cannot tell a plan done. Before, the rebind took the stream's last
+    sequence then as the replay's end: the plan counted as read back, ``not_replayed``."""
+    spec = plans.node_plan_reader
+    monkeypatch.setattr(plans, "node_plan_reader", lambda n: replace(spec(n), inactive_s=0.5))
+    node = Node(tells_done=False)
+    feed = node.feed(bus)
+    await feed.start()
+    reader = plans.node_plan_reader(node.name)
+
+    async def dropped() -> bool:
+        try:
+            await bus.js.consumer_info(reader.stream, reader.durable)
+        except nats.js.errors.NotFoundError:
+            return True
+        return False
+
+    try:
+        await eventually(dropped, what="the idle reader's consumer dropped by the server")
+        await bus.publish(slicing.mig_plan(node.name), plan(node.name, 3))
+        await read_until(feed, lambda: bool(node.outcomes), "the plan handed over")
+    finally:
+        await feed.close()
+    assert node.outcomes == ["applied"]

@@ -105,7 +105,10 @@ class PlanFeed:
         self._delivered = 0
         #: The stream's last sequence just before the first bind: the replay is what the
         #: stream held up to it (a count would never be reached where plans expire meanwhile).
-        self._replay_to = 0
+        #: Kept across rebinds (None again only for a stream created again): a rebind before
+        #: the replay was read (its consumer gone while the plans waited for the kubelet)
+        #: taking the stream's last sequence then counted later plans as read back.
+        self._replay_to: int | None = None
         #: Whether the replay of the first bind is handed over (a rebind's is not a replay:
         #: it reads on from ``seq``).
         self._replayed = False
@@ -123,10 +126,12 @@ class PlanFeed:
             log.warning(
                 "node_agent_plans_stream_recreated", seq=self.seq, last_seq=info.state.last_seq
             )
-            self._replayed = False  # read from its first, with the replay's rules
+            self._replayed, self._replay_to = False, None  # from its first, as a replay
         self._created = info.created
         if not self._replayed:  # none yet, or interrupted before it was whole: from the first
-            self.seq, self._held, self._replay_to = 0, [], info.state.last_seq
+            self.seq, self._held = 0, []
+            if self._replay_to is None:
+                self._replay_to = info.state.last_seq
         spec = replace(self._spec, start_seq=self.seq + 1) if self.seq else self._spec
         await self._bus.ensure_consumer(spec)
         self._delivered = 0
@@ -167,8 +172,9 @@ class PlanFeed:
         held, self._held = self._held, []
         if not self._replayed:  # the first bind's replay: what the stream held at the start
             self._replayed = True
-            await self._hand_over([p for p, seq in held if seq <= self._replay_to], replay=True)
-            held = [(p, seq) for p, seq in held if seq > self._replay_to]
+            end = self._replay_to or 0
+            await self._hand_over([p for p, seq in held if seq <= end], replay=True)
+            held = [(p, seq) for p, seq in held if seq > end]
         await self._hand_over([p for p, _seq in held], replay=False)
 
     async def _replay_whole(self, *, idle: bool) -> bool:
@@ -176,7 +182,7 @@ class PlanFeed:
         sequence at the bind is, or (a read that brought nothing) the reader has every message
         its consumer sent and none is left for it (those after this node's last plan there
         were other nodes', or expired or were purged since)."""
-        if self.seq >= self._replay_to:
+        if self._replay_to is None or self.seq >= self._replay_to:
             return True
         return idle and await nothing_left(
             self._bus.js, self._spec.stream, self._spec.durable, self._delivered
