@@ -24,7 +24,9 @@ import pytest
 from structlog.testing import capture_logs
 
 from seedance.core import Bus, BusSettings
-from seedance.core.reader import PullReader
+from seedance.core.clock import WallClock
+from seedance.core.reader import PullReader, ReaderInterrupted
+from seedance.core.retry import RetryPolicy
 from seedance.events.base import new_event_id
 from seedance.events.slicing import GpuAssignment, MigInstanceChange, MigLayoutPlan, PlacementKind
 from seedance.events.subjects import ledger, slicing
@@ -270,3 +272,42 @@ async def test_a_plan_published_while_the_reader_waited_is_live_after_a_rebind(
     finally:
         await feed.close()
     assert node.outcomes == ["applied"]
+
+
+async def test_a_pull_refused_for_good_is_bound_again_after_a_growing_delay(
+    bus: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each bind succeeds and each read is refused: the first refusal binds again at once, the
+    next ones after the retry policy's growing delay. Before, a bind that succeeded reset the
+    backoff, and the reader bound again in a loop with no delay."""
+
+    class Refused(PullReader):
+        async def next_batch(self, timeout_s: float) -> list[Any]:
+            raise ReaderInterrupted("pull request refused: 409 Consumer Deleted")
+
+    class Slept(WallClock):
+        def __init__(self) -> None:
+            self.slept: list[float] = []
+
+        async def sleep(self, seconds: float) -> None:
+            self.slept.append(seconds)
+
+    monkeypatch.setattr(plans, "PullReader", Refused)
+    node = Node()
+    clock = Slept()
+    feed = PlanFeed(
+        bus,
+        node.name,
+        apply=node.apply,
+        in_effect=None,
+        skipped=node.outcomes.append,
+        clock=clock,
+        retry=RetryPolicy(jitter=0.0),
+    )
+    await feed.start()
+    try:
+        for _ in range(4):
+            await feed.step(timeout_s=0.1)
+    finally:
+        await feed.close()
+    assert clock.slept == [0.2, 0.4, 0.8]

@@ -160,11 +160,22 @@ class PlanFeed:
         try:
             msgs = await self._reader.next_batch(timeout_s=timeout_s)
         except ReaderInterrupted as exc:
-            log.warning("node_agent_plans_rebind", reason=str(exc), seq=self.seq)
+            # The first interruption since a message was read binds again at once; another
+            # before any was read waits the retry policy's delay (a pull refused for good
+            # otherwise rebound in a loop: each bind succeeds, each read is refused).
+            self._failed_binds += 1
+            delay_s = self._retry.delay_s(self._failed_binds - 1) if self._failed_binds > 1 else 0
+            log.warning(
+                "node_agent_plans_rebind", reason=str(exc), seq=self.seq, after_s=round(delay_s, 3)
+            )
             await self._reader.close()
             self._reader = None
+            if delay_s:
+                await self._clock.sleep(delay_s)
             await self._rebind()
             return
+        if msgs:  # the binding reads: the next interruption is met at once again
+            self._failed_binds = 0
         for msg in msgs:
             self._read(msg)
         if not self._replayed and not await self._replay_whole(idle=not msgs):
@@ -204,8 +215,7 @@ class PlanFeed:
             )
             await self._clock.sleep(delay_s)
             return False
-        self._failed_binds = 0
-        return True
+        return True  # the backoff is reset by a message read, not by a bind that succeeds
 
     async def _hand_over(self, plans: list[MigLayoutPlan], *, replay: bool) -> None:
         if not plans:
