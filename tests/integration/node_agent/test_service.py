@@ -64,8 +64,15 @@ class NodeNvml:
         #: process's samples then armed for that window, so the peak is never its last read.
         self.spike: tuple[dict[int, float], tuple[int, float, float]] | None = None
         self._first_read = True
+        #: Reads of the devices to fail (NVML's error), and the reads so far.
+        self.failing_reads = 0
+        self.reads = 0
 
     def devices(self) -> NodeDevices:
+        self.reads += 1
+        if self.failing_reads:
+            self.failing_reads -= 1
+            raise RuntimeError("NVML: Unknown Error")
         return NodeDevices(gpus=UUIDS)
 
     def run(self, *slots: tuple[int, float, float]) -> None:
@@ -444,6 +451,25 @@ async def test_a_plan_for_a_gpu_the_node_lacks_fails_alone(plan_agent: Agent) ->
     failed = 'seedance_node_agent_mig_plans_total{outcome="failed"} 1.0'
     await mig_wait(a, lambda: metric_line(a, failed), "the bad plan counted as failed")
     assert (await get(a.base + "/readyz"))[0] == 200
+
+
+@pytest.mark.usefixtures("plans_purged")
+async def test_a_failed_read_of_the_devices_after_a_plan_is_its_own_and_tried_again(
+    plan_agent: Agent,
+) -> None:
+    """NVML fails the read of the devices after a plan is applied: the plan is counted once,
+    applied; the read's failure is counted apart and the labels loop reads again. Before, the
+    plan was counted applied and failed, and the devices were not read again."""
+    a = plan_agent
+    a.nvml.failing_reads = 1
+    reads = a.nvml.reads
+    await a.bus.publish(slicing.mig_plan(TOKEN), gpu_plan(1))
+    failed = "seedance_node_agent_device_refresh_failures_total 1.0"
+    await mig_wait(a, lambda: metric_line(a, failed), "the read's failure counted")
+    await eventually(lambda: a.nvml.reads >= reads + 2, what="the devices read again")
+    metrics = (await get(a.base + "/metrics"))[1].splitlines()
+    outcomes = [m for m in metrics if m.startswith("seedance_node_agent_mig_plans_total")]
+    assert outcomes == ['seedance_node_agent_mig_plans_total{outcome="applied"} 1.0']
 
 
 @pytest.mark.usefixtures("plans_purged")

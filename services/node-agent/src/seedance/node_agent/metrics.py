@@ -120,6 +120,12 @@ class NodeAgentMetrics:
             DEVICE_POD_LABELS,
             registry=registry,
         )
+        self.device_refresh_failures_total = Counter(
+            "seedance_node_agent_device_refresh_failures_total",
+            "Reads of the node's devices after a MIG plan that failed (NVML's error), logged as "
+            "node_agent_devices_refresh_failed; the labels loop tries again.",
+            registry=registry,
+        )
         self.placements = Gauge(
             "seedance_node_agent_placements",
             "The slicer's live placements on this node, as the agent holds them.",

@@ -142,6 +142,8 @@ class NodeAgentService:
         self._devices = nvml.devices()
         self._feed: PlacementFeed | None = None
         self._plugins: list[DevicePluginServer] = []
+        #: The read of the devices after a plan failed: the labels loop tries it again.
+        self._devices_stale = False
         self._watch: KubeletWatch | None = None
         self._mig_backend = mig
         #: How a MIG plan is applied here (chosen at start from the node's labels); None: no
@@ -375,16 +377,32 @@ class NodeAgentService:
     async def _apply_plan(self, plan: MigLayoutPlan) -> None:
         assert self._mig is not None
         result = await self._mig.apply(plan)
-        self.metrics.mig_plans_total.labels(result.outcome.value).inc()
-        self._devices = self._read_devices()
-        for plugin in self._plugins:  # new instances advertised without a plugin restart
-            await plugin.set_devices(advertised(plugin.resource_name, self._devices))
+        self.metrics.mig_plans_total.labels(result.outcome.value).inc()  # its one count
+        await self._refresh_devices()
+
+    async def _refresh_devices(self) -> None:
+        """The node's devices read again and advertised (new instances without a plugin
+        restart). A failure is the refresh's own, counted and logged, and tried again by the
+        labels loop: raised, it counted the plan applied before as failed too, and the
+        plugins kept advertising the devices from before it."""
+        try:
+            self._devices = self._read_devices()
+            for plugin in self._plugins:
+                await plugin.set_devices(advertised(plugin.resource_name, self._devices))
+        except Exception as exc:
+            self._devices_stale = True
+            self.metrics.device_refresh_failures_total.inc()
+            log.error("node_agent_devices_refresh_failed", error=f"{type(exc).__name__}: {exc}")
+            return
+        self._devices_stale = False
 
     async def _labels_loop(self) -> None:
         assert self._labeller is not None
         assert self._feed is not None
         while True:
             self.metrics.placements.set(len(self._feed.book))
+            if self._devices_stale:
+                await self._refresh_devices()
             try:
                 await self._labeller.refresh()
             except grpc.RpcError as exc:  # the kubelet restarting: its socket comes back
