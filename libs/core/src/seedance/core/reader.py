@@ -28,8 +28,11 @@ from nats.js import JetStreamContext
 
 from seedance.core.clock import WALL_CLOCK, Clock
 from seedance.core.errors import SeedanceError
+from seedance.core.logs import get_logger
 
 __all__ = ["PullReader", "ReaderInterrupted", "nothing_left"]
+
+log = get_logger(__name__)
 
 # Status codes of the pull protocol (ADR-13): no messages (no_wait), request expired,
 # request-level conflicts (max waiting, batch too large, consumer deleted, leadership change).
@@ -176,6 +179,10 @@ class PullReader:
         self._arrived.set()
 
 
+#: The (stream, consumer) whose info `nothing_left` could not get, logged once until answered.
+_UNANSWERED: set[tuple[str, str]] = set()
+
+
 async def nothing_left(js: JetStreamContext, stream: str, consumer: str, read_seq: int) -> bool:
     """Whether a reader's consumer has nothing left for it now: none of its messages pending,
     and every delivery it sent read (``read_seq``: the consumer sequence of the last one read).
@@ -185,6 +192,10 @@ async def nothing_left(js: JetStreamContext, stream: str, consumer: str, read_se
     count unreached for good, and everything after them held back. False where the server
     cannot say now (the consumer gone, JetStream or the connection not answering): the caller
     asks again after its next read that brings nothing (an interruption comes by the reader).
+    The first such failure of a run is logged (``reader_consumer_info_failed``, by stream and
+    consumer), once until the server answers again: one that persists (a permission the
+    reader lacks, a lost last delivery the consumer will never send again) holds a replay, and
+    was silent.
     """
     try:
         info = await js.consumer_info(stream, consumer)
@@ -193,7 +204,16 @@ async def nothing_left(js: JetStreamContext, stream: str, consumer: str, read_se
         nats.js.errors.ServiceUnavailableError,
         nats.errors.Error,
         TimeoutError,
-    ):
+    ) as exc:
+        if (stream, consumer) not in _UNANSWERED:
+            _UNANSWERED.add((stream, consumer))
+            log.warning(
+                "reader_consumer_info_failed",
+                stream=stream,
+                consumer=consumer,
+                error=f"{type(exc).__name__}: {exc}",
+            )
         return False
+    _UNANSWERED.discard((stream, consumer))
     sent = info.delivered.consumer_seq if info.delivered is not None else 0
     return not info.num_pending and sent <= read_seq
