@@ -10,8 +10,9 @@ subscriptions the publishing server knows of, and the agent never read plans bac
 
 Plans are handed over in the stream's order, a batch at a time, and only those still to apply
 (`core.mig.plans_to_apply`): the replay at a start (the stream's messages up to its last
-sequence at the bind) is one batch, so a plan older than one the GPU already shows done is never
-applied again (where the node cannot tell, mig-manager's, the replay is not applied at all).
+sequence at the first bind, kept by a rebind before the replay is read) is one batch, so a
+plan older than one the GPU already shows done is never applied again (where the node cannot
+tell, mig-manager's, the replay is not applied at all).
 A plan that raises, asked whether it is done or applied, fails alone: counted and logged, the
 others applied, the agent running. A rebind that meets a stream gone or not answering yet is
 tried again; a stream created again is read from its first. Each message is first checked to be
