@@ -9,8 +9,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from seedance.core import Bus, BusSettings, PullReader, ReaderInterrupted, ServiceRuntime
+from seedance.core.reader import nothing_left
 from seedance.events.subjects import ConsumerSpec, jobs
 
 
@@ -100,6 +102,25 @@ async def test_a_delivery_that_never_arrived_interrupts_the_reader(bus: Bus, uni
         # the re-created one (which starts again at 0): the order never steps back.
         data = [m.data for m in handed_out]
         assert data == [b"3", b"4", b"5"][: len(data)]
+
+
+async def test_a_consumer_info_that_keeps_failing_is_logged_once_by_name(
+    bus: Bus, unique: str
+) -> None:
+    """``nothing_left`` cannot tell while the consumer's info fails (here: no such consumer):
+    the first failure is logged, naming the consumer, the next ones not until it answered.
+    Before, a failure that persisted held a replay without a word."""
+    spec = unacked(unique)
+    with capture_logs() as logs:
+        for _ in range(3):
+            assert not await nothing_left(bus.js, spec.stream, spec.durable, 0)
+        await bus.ensure_consumer(spec)
+        assert await nothing_left(bus.js, spec.stream, spec.durable, 0)
+        await bus.js.delete_consumer(spec.stream, spec.durable)
+        assert not await nothing_left(bus.js, spec.stream, spec.durable, 0)
+    failed = [r for r in logs if r["event"] == "reader_consumer_info_failed"]
+    assert [(r["stream"], r["consumer"]) for r in failed] == [(spec.stream, spec.durable)] * 2
+    assert failed[0]["error"].startswith("NotFoundError")
 
 
 async def test_a_loop_that_swallows_a_cancellation_still_stops(nats_url: str) -> None:

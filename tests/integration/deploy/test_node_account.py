@@ -12,7 +12,7 @@ the server replaces its reply by one of its own and carries the answers back int
 As in test_tenant_account, each forged request is followed by the operator's control
 (`forged.assert_lands_nowhere`). The node
 users' own paths still work: telemetry acks, the node agent's pull reader, the collector's
-acked pulls, the MIG plans the node agent core-subscribes to.
+acked pulls, the node agent's reader of its MIG plans.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import contextlib
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 import nats
 import nats.errors
@@ -35,12 +36,12 @@ from seedance.core.auth_callout import AuthCallout, TenantRegistry
 from seedance.core.barrier import flushed
 from seedance.core.reader import PullReader
 from seedance.core.xkeys import CurveKeyPair
-from seedance.events.node_permissions import TELEMETRY_REPLAYER, node_reader
+from seedance.events.node_permissions import TELEMETRY_REPLAYER, node_plan_reader, node_reader
 from seedance.events.permissions import CALLOUT_USER
 from seedance.events.slicing import GpuAssignment, Placement, PlacementKind
 from seedance.events.stores import POLICY_BUCKET, QUOTA_POLICY_KEY
 from seedance.events.subjects import consumer, replica_consumer, slicing, telemetry
-from seedance.node_agent.core.plan_source import not_a_published_plan
+from seedance.node_agent.core.plan_source import not_a_stored_plan
 from seedance.testing.identities import as_user
 from seedance.testing.servers import NatsServer
 from seedance.testing.waits import eventually
@@ -68,6 +69,12 @@ PLACEMENTS = consumer("collector-placements")
 PROBE = "node-agent-in-probe"
 OWN = node_reader(NODE)
 NO_WAIT = json.dumps({"batch": 5, "no_wait": True}).encode()
+PLANS = slicing.PLAN_STREAM
+
+
+def plans_reader(reader: str) -> str:
+    """The plans' reader the user asks: a node's own user its own, the shared one any."""
+    return node_plan_reader(NODE).durable if reader == OWN else "node-agent-plans-probe"
 
 
 @dataclass
@@ -159,6 +166,8 @@ def requests(
             ("seedance.dlq.node-agent", b"{}"),
             (f"$JS.API.CONSUMER.INFO.{DECISIONS}.{reader}", b""),
             (f"$JS.API.CONSUMER.MSG.NEXT.{DECISIONS}.{reader}", NO_WAIT),
+            # its plans' reader (absent: answered with an error, an answer all the same)
+            (f"$JS.API.CONSUMER.INFO.{PLANS}.{plans_reader(reader)}", b""),
             # last: a node's own user may delete only its own reader
             (f"$JS.API.CONSUMER.DELETE.{DECISIONS}.{reader}", b""),
         ]
@@ -286,22 +295,34 @@ async def test_the_collector_acks_what_it_pulls_and_a_forged_ack_reply_lands_now
 
 
 async def test_a_mig_plan_the_slicer_publishes_reaches_the_node_agent(running: Running) -> None:
-    """The plan crosses as a stream export and keeps what tells it from a consumer's delivery:
-    its subject, the slicer's own reply, no Status header (``plan_source``)."""
+    """The node's own user reads it with its own reader on the plans' stream: the pull crosses
+    the service import and its answers come back; the plan is a stored plan of that reader
+    (``plan_source``)."""
     slicer = await Bus.connect(as_user(running.url, "slicer"))
-    conn = await connect_node(running, f"node-{NODE}")
+    node = await Bus.connect(
+        BusSettings(url=running.url, user=f"node-{NODE}", password=running.node_password)
+    )
+    spec = node_plan_reader(NODE)
+    reader = PullReader(node.nc, spec.stream, spec.durable, batch=64)
     try:
         plan = slicing.mig_plan(NODE)
-        sub = await conn.nc.subscribe(plan)
-        await flushed(conn.nc)
+        await node.ensure_consumer(spec)
+        await reader.start()
         ack = await slicer.js.publish(plan, b'{"plan": 1}')
-        assert ack.stream
-        msg = await sub.next_msg(timeout=5)
-        assert msg.data == b'{"plan": 1}'
-        assert not_a_published_plan(msg.subject, msg.reply, msg.headers, plan) is None
-        assert not conn.errors, conn.errors
+        assert ack.stream == spec.stream
+        read: list[Any] = []
+
+        async def arrived() -> bool:
+            read.extend(await reader.next_batch(timeout_s=0.5))
+            return any(m.data == b'{"plan": 1}' for m in read)
+
+        await eventually(arrived, what="the plan read by the node's reader")
+        msg = next(m for m in read if m.data == b'{"plan": 1}')
+        mine = f"$JS.ACK.{spec.stream}.{spec.durable}."
+        assert not_a_stored_plan(msg.subject, msg.reply, msg.data, plan, mine) is None
     finally:
-        await conn.nc.close()
+        await reader.close()
+        await node.close()
         await slicer.close()
 
 

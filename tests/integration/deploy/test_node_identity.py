@@ -14,11 +14,13 @@ logging in.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,8 @@ from seedance.core.auth_callout import AuthCallout, TenantRegistry, new_issuer
 from seedance.core.barrier import flushed
 from seedance.core.xkeys import new_curve_keys
 from seedance.events import nats_config, node_permissions, permissions
+from seedance.events.node_permissions import node_plan_reader
+from seedance.events.specs import ConsumerSpec
 from seedance.events.subjects import slicing, telemetry
 from seedance.testing.paths import REPO
 from seedance.testing.servers import auth_server
@@ -149,20 +153,40 @@ async def test_a_node_speaks_for_itself_and_is_refused_for_any_other_node(
         await speaks_for(conn, RUNTIME)
         await refused_for(conn, OTHER)
         await refused_for(conn, STATIC)
-        # Its MIG plans only: another node's are refused at subscribe.
+        # Its MIG plans only, through its own reader on their stream: a reader of another
+        # node's plans (its name, or its own name with the other node's plan subject) is
+        # refused at create, and no plan subject at subscribe (the agent reads the stream).
+        own, other = node_plan_reader(RUNTIME), node_plan_reader(OTHER)
+        answer = json.loads((await conn.nc.request(*create(own), timeout=5)).data)
+        assert answer.get("config", {}).get("filter_subject") == slicing.mig_plan(RUNTIME), answer
+        wrong = [
+            create(other),
+            create(replace(own, filter_subjects=other.filter_subjects)),
+        ]
+        for subject, body in wrong:
+            await conn.nc.publish(subject, body)
         await conn.nc.subscribe(slicing.mig_plan(RUNTIME))
-        await conn.nc.subscribe(slicing.mig_plan(OTHER))
         await flushed(conn.nc)
 
-        async def sub_refused() -> bool:
-            return any(
+        async def all_refused() -> bool:
+            subscribed = any(
                 "permissions violation for subscription to" in e.lower()
-                and slicing.mig_plan(OTHER) in e
+                and slicing.mig_plan(RUNTIME) in e
                 for e in conn.errors
             )
+            # nats-py writes the server's error in lower case
+            return subscribed and {s.lower() for s, _ in wrong} <= conn.refused()
 
-        await eventually(sub_refused, 10)
-        assert not any(slicing.mig_plan(RUNTIME) in e for e in conn.errors)
+        await eventually(all_refused, 10)
+
+
+def create(spec: ConsumerSpec) -> tuple[str, bytes]:
+    """The create request of ``spec``'s no-ack pull reader, its filter in the subject."""
+    (f,) = spec.filter_subjects
+    config = {"name": spec.durable, "filter_subject": f, "ack_policy": "none",
+              "deliver_policy": "all", "inactive_threshold": 60_000_000_000}  # fmt: skip
+    body = json.dumps({"stream_name": spec.stream, "config": config}).encode()
+    return f"$JS.API.CONSUMER.CREATE.{spec.stream}.{spec.durable}.{f}", body
 
 
 async def test_a_node_is_named_as_kubernetes_names_it(running: Running) -> None:

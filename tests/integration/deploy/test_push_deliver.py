@@ -11,9 +11,10 @@ deliveries under ``deliver_prefix``). These tests show that it does
 (for a tenant listed in the config and one added at run time) and pin what each component's
 core subscription makes of it:
 
-- the node agent's ``seedance.slicing.node.<node>.mig_plan``: the delivery arrives; the agent
-  tells it from a published plan (`not_a_published_plan`) and refuses it before decoding,
-  while a plan the shipped slicer user publishes passes;
+- the node agent's ``seedance.slicing.node.<node>.mig_plan``: no longer a core subscription
+  (the agent reads its plans from their stream), so the server binds the consumer to nothing,
+  the node's user may not subscribe there, and a plan the shipped slicer user publishes reaches
+  the node's own reader as a stored plan (`not_a_stored_plan`);
 - the auth callout's ``$SYS.REQ.USER.AUTH``: reached only through its deliver group; the
   callout ignores a consumer's delivery unread (counted), and logins go on;
 - the tenant mirror's ``$KV.seedance-tenants.>``: no registry record changes;
@@ -47,11 +48,14 @@ from nats.js.api import DiscardPolicy
 
 from seedance.core import Bus, BusSettings
 from seedance.core.auth_callout import AuthCallout, TenantRegistry
+from seedance.core.barrier import flushed
+from seedance.core.reader import PullReader
 from seedance.core.tenant_registry import TENANTS_BUCKET
 from seedance.core.xkeys import CurveKeyPair
 from seedance.events import new_event_id
 from seedance.events.codec import DecodeError, decode
 from seedance.events.cost import CostEntry
+from seedance.events.node_permissions import node_plan_reader
 from seedance.events.permissions import CALLOUT_SUBJECT, CALLOUT_USER, TENANT_READS
 from seedance.events.slicing import (
     GpuAssignment,
@@ -70,7 +74,7 @@ from seedance.events.subjects import (
     slicing,
     tenant_consumers,
 )
-from seedance.node_agent.core.plan_source import not_a_published_plan
+from seedance.node_agent.core.plan_source import not_a_stored_plan
 from seedance.testing.servers import NatsServer
 from seedance.testing.waits import eventually, last_stored
 from tests.integration.conftest import shipped_password
@@ -159,53 +163,67 @@ async def pointed_at(
 
 
 @pytest.mark.parametrize("tenant", [STATIC, RUNTIME], ids=["static", "added-at-run-time"])
-async def test_a_tenants_push_consumer_reaches_the_node_agent_and_is_not_taken_for_a_plan(
+async def test_a_tenants_push_consumer_onto_the_plan_subject_is_bound_to_nothing(
     stack: Stack, tenant: str
 ) -> None:
+    """The node agent reads its plans through its own reader, so nothing core-subscribes to the
+    plan subject: the server binds the tenant's consumer to no one there (before, the agent's
+    subscription took its cost and heartbeats). The node's user may not subscribe there any
+    more, and the slicer's plan reaches the node's reader as a stored plan."""
     subject = slicing.mig_plan(NODE)
-    got: list[Msg] = []
+    errors: list[str] = []
 
-    async def heard(msg: Msg) -> None:
-        got.append(msg)
+    async def on_error(exc: Exception) -> None:
+        errors.append(str(exc))
 
+    nc = await nats.connect(
+        stack.url, user=f"node-{NODE}", password=stack.pw[NODE], error_cb=on_error
+    )
     node = await Bus.connect(
         BusSettings(url=stack.url, user=f"node-{NODE}", password=stack.pw[NODE])
     )
     slicer = await Bus.connect(
         BusSettings(url=stack.url, user="slicer", password=shipped_password("slicer"))
     )
+    spec = node_plan_reader(NODE)
+    reader = PullReader(node.nc, spec.stream, spec.durable, batch=64)
     try:
-        await node.subscribe(subject, heard)  # as the agent does
+        await nc.subscribe(subject)
+        await flushed(nc)
+        await eventually(
+            lambda: any("permissions violation for subscription" in e.lower() for e in errors),
+            what="the node's subscription to its plan subject refused",
+        )
+        await node.ensure_consumer(spec)
+        await reader.start()
         async with pointed_at(stack, tenant, subject, slot=0) as reply:
-            # The server takes it: the deliver subject is in no permission's reach.
+            # The server takes it (the deliver subject is in no permission's reach) and binds
+            # it to nothing: no subscription matches the plan subject.
             assert reply.get("config", {}).get("deliver_subject") == subject, reply
-            assert reply.get("push_bound"), reply
-
-            def cost_and_heartbeat() -> bool:
-                data = [m for m in got if m.data]
-                return bool(data) and any(not m.data for m in got)
-
-            await eventually(cost_and_heartbeat, what="the tenant's cost and a heartbeat")
-        # What reached the node's subscription: the tenant's own cost event, and status.
-        assert decode(next(m for m in got if m.data).data, CostEntry).tenant == tenant
-        for m in got:
-            assert not_a_published_plan(m.subject, m.reply, m.headers, subject), (m, m.headers)
-        # The legitimate path: the slicer's plan (a JetStream publish) passes.
+            assert not reply.get("push_bound"), reply
         plan = MigLayoutPlan(
             id=new_event_id(), at=AT, node=NODE, gpu_index=0,
             create=[MigInstanceChange(profile="3g.71gb", start_slot=0)],
         )  # fmt: skip
-        seen = len(got)
         await slicer.publish(subject, plan)
-        await eventually(lambda: any(decode_plan(m) == plan for m in got[seen:]), what="plan")
-        published = next(m for m in got[seen:] if decode_plan(m) == plan)
+        ack = f"$JS.ACK.{spec.stream}.{spec.durable}."
+        read: list[Msg] = []
+
+        async def plan_read() -> bool:
+            read.extend(await reader.next_batch(timeout_s=0.5))
+            return any(decode_plan(m) == plan for m in read)
+
+        await eventually(plan_read, what="the slicer's plan read by the node's reader")
+        published = next(m for m in read if decode_plan(m) == plan)
         assert (
-            not_a_published_plan(published.subject, published.reply, published.headers, subject)
+            not_a_stored_plan(published.subject, published.reply, published.data, subject, ack)
             is None
         )
     finally:
+        await reader.close()
         await slicer.close()
         await node.close()
+        await nc.close()
 
 
 def decode_plan(m: Msg) -> MigLayoutPlan | None:
@@ -294,19 +312,23 @@ async def test_a_copy_lands_in_the_bounded_plan_stream_and_reaches_no_reader(
     """A delivery onto the node agent's plan subject is stored by the stream that captures it:
     the MIG plans' own, bounded in bytes, per node and in age, not SEEDANCE_SLICING (kept 30
     days without a byte limit), whose message count stays as it was. The copy keeps its stored
-    subject (the tenant's cost) and each idle heartbeat lands under the plan subject. No one
-    reads the plan stream, and no reader of SEEDANCE_SLICING — catalogue consumer, sourcing
-    stream, tenant — filters on either subject; a reader that would fails here."""
+    subject (the tenant's cost) and each idle heartbeat lands under the plan subject. Only the
+    node agents read the plan stream, on their plan subjects, and refuse a heartbeat's copy;
+    no reader of SEEDANCE_SLICING — catalogue consumer, sourcing stream, tenant — filters on
+    either subject; a reader that would fails here. The interest here is an operator's: the
+    node agent no longer core-subscribes (the test above)."""
     # A tenant no other test copies from, so that the copy is this test's.
     plan_subject, cost_subject = slicing.mig_plan(NODE), costs.subject(VICTIM, "entry")
+    # An operator's core subscription on the plan subject (`nats sub 'seedance.>'`): interest,
+    # so delivery (the node agent no longer gives it: it reads the stream).
     node = await Bus.connect(
-        BusSettings(url=stack.url, user=f"node-{NODE}", password=stack.pw[NODE])
+        BusSettings(url=stack.url, user="admin", password=shipped_password("admin"))
     )
     slicer = await Bus.connect(
         BusSettings(url=stack.url, user="slicer", password=shipped_password("slicer"))
     )
     try:
-        await node.subscribe(plan_subject, no_op)  # as the agent does: interest, so delivery
+        await node.subscribe(plan_subject, no_op)
         await stack.admin.publish(cost_subject, CostEntry(
             id=new_event_id(at=AT), at=AT, tenant=VICTIM, job_id="j1", period_start=AT,
             period_end=AT + timedelta(minutes=5), cost_micro_usd=1_000, gpu_hours_micro=83_333,
@@ -341,7 +363,16 @@ async def test_a_copy_lands_in_the_bounded_plan_stream_and_reaches_no_reader(
         assert 0 < (bounds.max_msgs_per_subject or -1) <= 64, bounds
         assert 0 < (bounds.max_age or 0) <= 3600, bounds
         assert bounds.discard == DiscardPolicy.OLD, bounds  # the slicer's publishes still land
-        assert readers_of(PLANS) == []
+        # Its one reader is each node agent's, on its own plan subject: the cost's copy is
+        # under the tenant's subject, never read; a heartbeat's copy is read, and refused for
+        # its empty body before anything decodes it.
+        assert readers_of(PLANS) == [("node-agent-plans", slicing.MIG_PLANS)]
+        spec = node_plan_reader(NODE)
+        mine = f"$JS.ACK.{spec.stream}.{spec.durable}."
+        beat = await stack.admin.js.get_last_msg(PLANS, plan_subject)
+        delivered = mine + "1.1.1.1.0"
+        why = not_a_stored_plan(plan_subject, delivered, beat.data or b"", plan_subject, mine)
+        assert "empty" in (why or ""), why
         for reader, f in readers_of(SLICING):
             matched = (await stack.admin.js.stream_info(SLICING, subjects_filter=f)).state
             assert not {cost_subject, plan_subject} & set(matched.subjects or {}), (reader, f)

@@ -27,6 +27,7 @@ import yaml
 from kubernetes_asyncio import client
 from structlog.testing import capture_logs
 
+from seedance.core import Bus
 from seedance.core.clock import WallClock
 from seedance.events.base import new_event_id
 from seedance.events.slicing import (
@@ -175,6 +176,13 @@ async def mig_node(
                 # failed with that reason, not a test that times out.
                 mig_manager_timeout_s=20.0,
             )
+            # Each test's node is a fresh one: the plans an earlier test published for a node
+            # of this name are not its own (the agent would read them back at its start).
+            admin = await Bus.connect(as_user(auth_url, "admin"))
+            try:
+                await admin.js.purge_stream(slicing.PLAN_STREAM, subject=slicing.mig_plan(TOKEN))
+            finally:
+                await admin.close()
             # The agent's own client, as main() builds it (its user agent names its calls).
             agent_client = await connect(str(tmp_path / "kubeconfig"))
             agent, runtime = node_agent(

@@ -11,7 +11,6 @@ import contextlib
 import os
 import shutil
 import tempfile
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,13 +22,14 @@ from kubernetes_asyncio import client
 
 from seedance.core.bus import BusSettings
 from seedance.events.base import new_event_id
-from seedance.events.codec import decode
+from seedance.events.codec import decode, encode
 from seedance.events.slicing import GpuAssignment, MigInstanceChange, MigLayoutPlan, PlacementKind
 from seedance.events.subjects import slicing, telemetry
 from seedance.events.telemetry import PodShares
 from seedance.node_agent.core.placement import NodeDevices
 from seedance.node_agent.core.shares import ProcessSample
 from seedance.node_agent.deviceplugin import api_pb2, api_pb2_grpc
+from seedance.node_agent.podresources import api_pb2 as pr_pb2
 from seedance.testing.kube_api import KubeApiServer
 from seedance.testing.waits import eventually
 from tests.conftest import serving
@@ -45,6 +45,8 @@ from tests.integration.node_agent.test_allocation import (
     publish,
 )
 from tests.integration.node_agent.test_deviceplugin import FakeKubelet
+from tests.integration.node_agent.test_podresources import FakeKubeletPodResources
+from tests.integration.node_agent.test_podresources import serving as serving_pod_resources
 from tests.unit.node_agent.nvml_mig import ConstructedNvmlMig
 
 pytestmark = pytest.mark.integration
@@ -62,8 +64,15 @@ class NodeNvml:
         #: process's samples then armed for that window, so the peak is never its last read.
         self.spike: tuple[dict[int, float], tuple[int, float, float]] | None = None
         self._first_read = True
+        #: Reads of the devices to fail (NVML's error), and the reads so far.
+        self.failing_reads = 0
+        self.reads = 0
 
     def devices(self) -> NodeDevices:
+        self.reads += 1
+        if self.failing_reads:
+            self.failing_reads -= 1
+            raise RuntimeError("NVML: Unknown Error")
         return NodeDevices(gpus=UUIDS)
 
     def run(self, *slots: tuple[int, float, float]) -> None:
@@ -147,10 +156,13 @@ async def agent_on(
     tmp_path: Path,
     pod_resources_socket: str | None = None,
     bus_settings: BusSettings | None = None,
+    mig: ConstructedNvmlMig | None = None,
 ) -> AsyncIterator[Agent]:
     """An agent started against ``api`` and running; stopped and closed after the block. The
     kubelet's pod-resources socket is absent unless ``pod_resources_socket`` names one; the
-    agent connects to ``nats_url`` without a user unless ``bus_settings`` say otherwise."""
+    agent connects to ``nats_url`` without a user unless ``bus_settings`` say otherwise. Its
+    GPUs' MIG state is ``mig`` (a fresh four-GPU one unless given: a restarted agent's GPUs
+    keep theirs)."""
     settings = agent_settings(
         plugin_dir,
         tmp_path,
@@ -159,7 +171,7 @@ async def agent_on(
         memory_sample_s=0.025,  # four memory reads a window
         labels_interval_s=0.5,
     )
-    nvml, mig = NodeNvml(), ConstructedNvmlMig(gpus=4)
+    nvml, mig = NodeNvml(), mig or ConstructedNvmlMig(gpus=4)
     service, runtime = node_agent(
         settings,
         bus_settings or BusSettings(url=nats_url),
@@ -207,6 +219,54 @@ async def agent(
     nats_url: str, bus: Any, kubelet: FakeKubelet, plugin_dir: str, tmp_path: Path
 ) -> AsyncIterator[Agent]:
     async with running_agent(nats_url, bus, kubelet, plugin_dir, tmp_path) as a:
+        yield a
+
+
+@contextlib.asynccontextmanager
+async def pod_resources_at(
+    sock: str, pods: list[pr_pb2.PodResources] | None = None
+) -> AsyncIterator[FakeKubeletPodResources]:
+    """The kubelet's pod-resources List at ``sock`` for the block, naming ``pods`` (none)."""
+    fake = FakeKubeletPodResources()
+    fake.pods = pods or []
+    async with serving_pod_resources(fake, sock):
+        yield fake
+
+
+@contextlib.asynccontextmanager
+async def short_dir() -> AsyncIterator[str]:
+    path = tempfile.mkdtemp(prefix="prs-")  # a unix socket's path must stay short
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+async def answering_kubelet() -> AsyncIterator[str]:
+    """The socket of a kubelet whose pod-resources List answers (no pod holds a device): the
+    agent reads MIG plans only once it has (a plan may touch only a GPU no pod holds)."""
+    async with short_dir() as path:
+        sock = os.path.join(path, "kubelet.sock")
+        async with pod_resources_at(sock):
+            yield sock
+
+
+@pytest.fixture
+async def plan_agent(
+    nats_url: str,
+    bus: Any,
+    kubelet: FakeKubelet,
+    plugin_dir: str,
+    tmp_path: Path,
+    answering_kubelet: str,
+) -> AsyncIterator[Agent]:
+    async with (
+        kube_api(tmp_path) as (api, api_client),
+        agent_on(
+            api, api_client, nats_url, bus, kubelet, plugin_dir, tmp_path, answering_kubelet
+        ) as a,
+    ):
         yield a
 
 
@@ -322,8 +382,16 @@ async def test_allocate_through_the_service_and_the_shares_it_measures(agent: Ag
     assert peaks[0] == 6144.0
 
 
-async def test_a_mig_plan_on_the_nodes_subject_is_applied_once(agent: Agent) -> None:
-    a = agent
+@pytest.fixture
+async def plans_purged(bus: Any) -> AsyncIterator[None]:
+    """The node's plans purged after the test: an agent of a later test would read them back."""
+    yield
+    await bus.js.purge_stream(slicing.PLAN_STREAM, subject=slicing.mig_plan("gpu-1:example"))
+
+
+@pytest.mark.usefixtures("plans_purged")
+async def test_a_mig_plan_on_the_nodes_subject_is_applied_once(plan_agent: Agent) -> None:
+    a = plan_agent
     plan = MigLayoutPlan(
         id=new_event_id(),
         at=T0,
@@ -333,40 +401,110 @@ async def test_a_mig_plan_on_the_nodes_subject_is_applied_once(agent: Agent) -> 
     )
     await a.bus.publish(slicing.mig_plan("gpu-1:example"), plan)
     await mig_wait(a, lambda: len(a.mig.gpu_instances(2)) == 1, "MIG plan applied")
-    await a.bus.publish(slicing.mig_plan("gpu-1:example"), plan)  # a re-send
+    # A re-send after the stream's duplicate window (stored again: another Nats-Msg-Id).
+    await a.bus.js.publish(
+        slicing.mig_plan("gpu-1:example"), encode(plan), headers={"Nats-Msg-Id": "re-send"}
+    )
     replayed = 'seedance_node_agent_mig_plans_total{outcome="already_applied"} 1.0'
     await mig_wait(a, lambda: metric_line(a, replayed), "the re-send counted, not re-done")
     assert [c[0] for c in a.mig.calls] == ["create_gi", "create_ci"]
 
 
-async def test_a_plan_a_push_consumer_delivers_onto_the_nodes_subject_is_not_applied(
-    agent: Agent,
-) -> None:
-    """A consumer's deliver subject is checked against no one's permissions: a tenant can
-    point one at the plan subject (tests/integration/deploy/test_push_deliver.py). Here the
-    stored message even decodes as a plan (the worst case): before, the agent applied it."""
-    a = agent
-    tag = uuid.uuid4().hex[:8]
-    stream, stored = f"FORGED_{tag}", f"forged.{tag}"
-    await a.bus.js.add_stream(name=stream, subjects=[stored])
-    forged = MigLayoutPlan(
+@pytest.mark.usefixtures("plans_purged")
+async def test_a_stored_message_that_is_no_plan_is_not_applied(plan_agent: Agent) -> None:
+    """The plans' stream stores what a tenant's push consumer delivers onto a plan subject
+    while something subscribes there (an operator's ``nats sub``): its idle heartbeats under
+    the plan subject with an empty body. The agent reads them and refuses them undecoded; the
+    plan after them is applied. Before, such deliveries reached the agent's own subscription."""
+    a = plan_agent
+    subject = slicing.mig_plan("gpu-1:example")
+    await a.bus.js.publish(subject, b"")  # a heartbeat's copy: no body, no Status header
+    plan = MigLayoutPlan(
         id=new_event_id(), at=T0, node="gpu-1:example", gpu_index=3,
         create=[MigInstanceChange(profile="3g.71gb", start_slot=0)],
     )  # fmt: skip
-    await a.bus.publish(stored, forged)
-    await a.bus.js.add_consumer(
-        stream,
-        deliver_subject=slicing.mig_plan("gpu-1:example"),
-        ack_policy="none",
-        idle_heartbeat=0.5,  # status messages on the plan subject too
-        inactive_threshold=5.0,
+    await a.bus.publish(subject, plan)
+    await mig_wait(a, lambda: len(a.mig.gpu_instances(3)) == 1, "the plan after it applied")
+    refused = 'seedance_node_agent_mig_plans_total{outcome="not_published"} 1.0'
+    await mig_wait(a, lambda: metric_line(a, refused), "the copy refused as no stored plan")
+
+
+def gpu_plan(gpu: int) -> MigLayoutPlan:
+    return MigLayoutPlan(
+        id=new_event_id(),
+        at=T0,
+        node=TOKEN,
+        gpu_index=gpu,
+        create=[MigInstanceChange(profile="3g.71gb", start_slot=0)],
     )
-    refused = 'seedance_node_agent_mig_plans_total{outcome="not_published"}'
-    await mig_wait(a, lambda: metric_line(a, refused), "the delivery refused as not published")
-    # The delivery reached the agent and was refused; GPU 3 stays untouched (the refusal is
-    # decided before the plan is decoded, so no later handling could apply it).
-    assert a.mig.gpu_instances(3) == []
-    assert not [c for c in a.mig.calls if c[1] == "3"], a.mig.calls
+
+
+@pytest.mark.usefixtures("plans_purged")
+async def test_a_plan_for_a_gpu_the_node_lacks_fails_alone(plan_agent: Agent) -> None:
+    """GPU 9 on a four-GPU node: NVML raises. The plan is counted failed, the next one is
+    applied, and the agent runs on. Before, the error ended the agent (and every start after,
+    while the stream kept the plan)."""
+    a = plan_agent
+    await a.bus.publish(slicing.mig_plan(TOKEN), gpu_plan(9))
+    await a.bus.publish(slicing.mig_plan(TOKEN), gpu_plan(2))
+    await mig_wait(a, lambda: len(a.mig.gpu_instances(2)) == 1, "the plan after it applied")
+    failed = 'seedance_node_agent_mig_plans_total{outcome="failed"} 1.0'
+    await mig_wait(a, lambda: metric_line(a, failed), "the bad plan counted as failed")
+    assert (await get(a.base + "/readyz"))[0] == 200
+
+
+@pytest.mark.usefixtures("plans_purged")
+async def test_a_failed_read_of_the_devices_after_a_plan_is_its_own_and_tried_again(
+    plan_agent: Agent,
+) -> None:
+    """NVML fails the read of the devices after a plan is applied: the plan is counted once,
+    applied; the read's failure is counted apart and the labels loop reads again. Before, the
+    plan was counted applied and failed, and the devices were not read again."""
+    a = plan_agent
+    a.nvml.failing_reads = 1
+    reads = a.nvml.reads
+    await a.bus.publish(slicing.mig_plan(TOKEN), gpu_plan(1))
+    failed = "seedance_node_agent_device_refresh_failures_total 1.0"
+    await mig_wait(a, lambda: metric_line(a, failed), "the read's failure counted")
+    await eventually(lambda: a.nvml.reads >= reads + 2, what="the devices read again")
+    metrics = (await get(a.base + "/metrics"))[1].splitlines()
+    outcomes = [m for m in metrics if m.startswith("seedance_node_agent_mig_plans_total")]
+    assert outcomes == ['seedance_node_agent_mig_plans_total{outcome="applied"} 1.0']
+
+
+@pytest.mark.usefixtures("plans_purged")
+async def test_plans_wait_until_the_kubelet_says_which_pods_hold_each_gpu(
+    nats_url: str, bus: Any, kubelet: FakeKubelet, plugin_dir: str, tmp_path: Path
+) -> None:
+    """A plan stored while the agent was down, for GPU 2, which a pod holds; the agent starts
+    while the kubelet's pod-resources List does not answer. No plan is read until it does,
+    and then the plan is refused: GPU 2 is not drained. Before, the agent went on without the
+    kubelet's word and cut the GPU under the pod."""
+    await bus.publish(slicing.mig_plan(TOKEN), gpu_plan(2))
+    holder = pr_pb2.PodResources(
+        name="holder",
+        namespace="team-a",
+        containers=[
+            pr_pb2.ContainerResources(
+                name="main",
+                devices=[
+                    pr_pb2.ContainerDevices(resource_name="nvidia.com/gpu", device_ids=[UUIDS[2]])
+                ],
+            )
+        ],
+    )
+    async with short_dir() as path, kube_api(tmp_path) as (api, api_client):
+        sock = os.path.join(path, "kubelet.sock")  # nothing serves it yet
+        async with agent_on(
+            api, api_client, nats_url, bus, kubelet, plugin_dir, tmp_path, sock
+        ) as a:
+            unanswered = 'seedance_node_agent_pod_resources_failures_total{use="labels"}'
+            await eventually(lambda: metric_line(a, unanswered), what="the kubelet asked")
+            async with pod_resources_at(sock, [holder]):
+                refused = 'seedance_node_agent_mig_plans_total{outcome="refused"} 1.0'
+                await mig_wait(a, lambda: metric_line(a, refused), "the plan refused")
+            assert a.mig.gpu_instances(2) == []
+            assert a.mig.calls == []
 
 
 async def mig_wait(a: Agent, check: Callable[[], Any], what: str) -> None:

@@ -1,44 +1,40 @@
-"""The node agent tells a published MIG plan from a push consumer's delivery onto its subject."""
+"""The node agent takes from its plan reader only the slicer's plans stored on its subject."""
 
 from __future__ import annotations
 
 import pytest
 
-from seedance.node_agent.core.plan_source import not_a_published_plan
+from seedance.node_agent.core.plan_source import not_a_stored_plan
 
 PLAN = "seedance.slicing.node.gpu-1.mig_plan"
-ACK = "$JS.ACK.SEEDANCE_COSTS.acme_0.1.1.1.1796556729398147927.0"
+MINE = "$JS.ACK.SEEDANCE_NODE_PLANS.node-agent-plans-gpu-1."
+ACK = MINE + "1.7.7.1796556729398147927.0"
+BODY = b'{"type":"slice.mig_plan.v1"}'
+
+
+def test_a_plan_stored_on_the_subject_and_read_by_this_reader_is_a_plan() -> None:
+    assert not_a_stored_plan(PLAN, ACK, BODY, PLAN, MINE) is None
 
 
 @pytest.mark.parametrize(
-    ("subject", "reply", "headers"),
+    ("subject", "reply", "data", "said"),
     [
-        (PLAN, "_INBOX.abc.1", {"Nats-Msg-Id": "x", "traceparent": "00-a-b-01"}),  # JS publish
-        (PLAN, None, None),  # a core publish
-        (PLAN, "", {}),
+        # a tenant's cost, stored by the plan stream from a push consumer's delivery
+        ("seedance.costs.acme.entry", ACK, BODY, "stored under"),
+        ("seedance.slicing.node.gpu-2.mig_plan", ACK, BODY, "stored under"),
+        # a push consumer's idle heartbeat, stored under the plan subject without its Status
+        (PLAN, ACK, b"", "empty message"),
+        # another consumer's delivery, or a core publish onto the reader's inbox
+        (PLAN, "$JS.ACK.SEEDANCE_COSTS.acme_0.1.1.1.1796556729398147927.0", BODY, "reader"),
+        (PLAN, "$JS.ACK.SEEDANCE_NODE_PLANS.node-agent-plans-gpu-10.1.1.1.1.0", BODY, "reader"),
+        (PLAN, None, BODY, "reader"),
     ],
-    ids=["jetstream-publish", "core-publish", "empty-reply"],
-)
-def test_a_message_published_on_the_plan_subject_is_a_plan(
-    subject: str, reply: str | None, headers: dict[str, str] | None
+    ids=["cost-copy", "another-nodes-plan", "heartbeat-copy", "other-consumer", "other-reader",
+         "core-publish"],
+)  # fmt: skip
+def test_anything_else_is_not_a_plan(
+    subject: str, reply: str | None, data: bytes, said: str
 ) -> None:
-    assert not_a_published_plan(subject, reply, headers, PLAN) is None
-
-
-@pytest.mark.parametrize(
-    ("subject", "reply", "headers", "said"),
-    [
-        ("seedance.costs.acme.entry", ACK, {"Nats-Msg-Id": "x"}, "a delivery of"),
-        (PLAN, ACK, None, "consumer's delivery"),  # a stored message on this very subject
-        (PLAN, None, {"Status": "100", "Description": "Idle Heartbeat"}, "status message"),
-        (PLAN, "$JS.FC.SEEDANCE_COSTS.x.y", {"Status": "100"}, "consumer's delivery"),
-        ("seedance.slicing.node.gpu-2.mig_plan", None, None, "a delivery of"),
-    ],
-    ids=["stored-subject", "ack-reply", "heartbeat", "flow-control", "another-nodes-plan"],
-)
-def test_a_consumers_delivery_is_not_a_plan(
-    subject: str, reply: str | None, headers: dict[str, str] | None, said: str
-) -> None:
-    why = not_a_published_plan(subject, reply, headers, PLAN)
+    why = not_a_stored_plan(subject, reply, data, PLAN, MINE)
     assert why is not None
     assert said in why

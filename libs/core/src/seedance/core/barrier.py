@@ -15,7 +15,9 @@ on the wire, so its PONG comes after the server has read them.
 "The server" is the one this connection is on. In a cluster (the Kubernetes deployment's three
 NATS pods) the others learn of a subscription over the routes a moment later: a publisher on
 another server can still miss it (16 of 300 in a two-server test, 2026-12-07 review). No flush
-can promise more; a reader that must not miss a message reads it from a stream.
+can promise more; a reader that must not miss a message reads it from a stream, as the node
+agent now reads its MIG plans (its core subscription lost 11 of 300 so on a two-server cluster
+whose plan stream the publisher's server led: node_agent/plans.py).
 
 Must not know the bus or any event: it takes a bare nats-py connection.
 """

@@ -29,6 +29,7 @@ from seedance.core import errors
 from seedance.core.barrier import flushed
 from seedance.core.clock import WALL_CLOCK, Clock
 from seedance.core.connect_watch import ConnectWatch, describe, who
+from seedance.core.consumer_config import consumer_config, consumer_start
 from seedance.core.drift import PROVISION_HINT, check_drift, stream_config
 from seedance.core.errors import BusUnavailable, NoStream, ServerTooOld, StartRefused, StreamRefused
 from seedance.core.logs import get_logger
@@ -105,6 +106,12 @@ _PASSING_JS_ERRORS: tuple[type[BaseException], ...] = (
     nats.js.errors.ServiceUnavailableError,
     nats.errors.TimeoutError,
     TimeoutError,
+)
+
+#: What a JetStream request meets where no one in the user's account answers it now.
+_NOT_ANSWERING: tuple[type[BaseException], ...] = (
+    *_PASSING_JS_ERRORS,
+    nats.errors.NoRespondersError,
 )
 
 _T = TypeVar("_T")
@@ -439,56 +446,50 @@ class Bus:
             await self.clock.sleep(_PROVISION_POLL_S)
 
     async def ensure_consumer(self, spec: ConsumerSpec) -> None:
-        """Create (or update) ``spec``'s consumer; a refused create raises ConsumerRefused at
-        once, a refused delete (not acked) or info (deliver_new) times out (5 s) as before."""
+        """Create (or update) ``spec``'s consumer; a refused create or delete (not acked) raises
+        ConsumerRefused at once, a refused info (deliver_new) times out (5 s) as before."""
         if not spec.acked:
             # A reader that keeps its own position: it starts where it says, and a consumer's
             # start cannot be changed, so the old one goes first.
+            delete = f"$JS.API.CONSUMER.DELETE.{spec.stream}.{spec.durable}"
             with contextlib.suppress(NotFoundError):
-                await self.js.delete_consumer(spec.stream, spec.durable)
-        deliver, start_seq = await self._consumer_start(spec)
-        config = js_api.ConsumerConfig(
-            durable_name=spec.durable if spec.acked else None,
-            name=spec.durable,
-            ack_policy=js_api.AckPolicy.EXPLICIT if spec.acked else js_api.AckPolicy.NONE,
-            deliver_policy=deliver,
-            opt_start_seq=start_seq,
-            ack_wait=spec.ack_wait_s if spec.acked else None,
-            max_deliver=spec.max_deliver if spec.acked else None,
-            max_ack_pending=spec.max_ack_pending if spec.acked else None,
-            backoff=list(spec.backoff_s) or None,
-            inactive_threshold=spec.inactive_s or None,
-        )
-        if not spec.filter_subjects:
-            pass
-        elif len(spec.filter_subjects) == 1:
-            config.filter_subject = spec.filter_subjects[0]
-        else:
-            config.filter_subjects = list(spec.filter_subjects)
-        # Since 2.10 a create on an existing durable with a changed config is an update.
-        # nats-py's create subject: the filter in it where there is one (a permission holds it).
-        create = f"$JS.API.CONSUMER.CREATE.{spec.stream}.{spec.durable}"
-        create += f".{config.filter_subject}" if config.filter_subject else ""
-        refused, _ = await self.unless_refused(
-            create, lambda: self.js.add_consumer(spec.stream, config)
-        )
-        if refused:
-            raise errors.ConsumerRefused(who(self.settings), spec.stream, spec.durable, create)
+                await self._consumer_call(spec, delete, self.js.delete_consumer, deleting=True)
+        config, create = consumer_config(spec, *await consumer_start(self.js, spec))
+        await self._consumer_call(spec, create, lambda s, _d: self.js.add_consumer(s, config))
 
-    async def _consumer_start(self, spec: ConsumerSpec) -> tuple[js_api.DeliverPolicy, int | None]:
-        """Where a created (or updated) consumer starts: its ``start_seq``, else the stream's
-        next message for a ``deliver_new`` one (an existing one keeps the start it was made
-        with: the server refuses to change it), else the stream's first."""
-        if spec.start_seq:
-            return js_api.DeliverPolicy.BY_START_SEQUENCE, spec.start_seq
-        if not spec.deliver_new:
-            return js_api.DeliverPolicy.ALL, None
+    async def _consumer_call(
+        self,
+        spec: ConsumerSpec,
+        subject: str,
+        call: Callable[[str, str], Awaitable[object]],
+        *,
+        deleting: bool = False,
+    ) -> None:
+        """``call(stream, durable)``, the request on ``subject``; ConsumerRefused where this user
+        may not send it, or where no one answers the delete of an old consumer (503 without a
+        code, no responders) while the stream's info does: its account does not import the
+        request (a NATS config older than the release). Else no one answering is JetStream
+        not ready (a restart, a leader election): raised as it is, for the caller's retry."""
         try:
-            info = await self.js.consumer_info(spec.stream, spec.durable)
+            refused, _ = await self.unless_refused(subject, lambda: call(spec.stream, spec.durable))
+        except (nats.js.errors.ServiceUnavailableError, nats.errors.NoRespondersError) as exc:
+            if getattr(exc, "code", None) is not None or not deleting:
+                raise
+            if not await self._answers(spec.stream):
+                raise
+            refused = True
+        if refused:
+            raise errors.ConsumerRefused(who(self.settings), spec.stream, spec.durable, subject)
+
+    async def _answers(self, stream: str) -> bool:
+        """Whether JetStream answers this user's info of ``stream`` (found or not) now."""
+        try:
+            await self.js.stream_info(stream)
         except NotFoundError:
-            return js_api.DeliverPolicy.NEW, None
-        had = info.config
-        return had.deliver_policy or js_api.DeliverPolicy.ALL, had.opt_start_seq
+            return True
+        except _NOT_ANSWERING:
+            return False
+        return True
 
     async def ensure_consumers(self, durables: Iterable[str]) -> None:
         for durable in durables:

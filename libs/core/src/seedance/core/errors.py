@@ -143,7 +143,9 @@ class ConsumerRefused(StartRefused):
     def __init__(self, who: str, stream: str, durable: str, subject: str) -> None:
         super().__init__(
             f"NATS refused {who} consumer {durable} of stream {stream} ({subject}): check "
-            "this user's permissions (deploy/auth/users.yaml)"
+            "this user's permissions (deploy/auth/users.yaml) and that the NATS config (its "
+            "accounts' imports, its users) is this release's: roll it out before the services "
+            "(docs/deploy.md, 'Upgrade order')"
         )
         self.stream = stream
         self.durable = durable

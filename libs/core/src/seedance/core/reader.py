@@ -19,14 +19,20 @@ import contextlib
 import json
 from collections import deque
 
+import nats.errors
+import nats.js.errors
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
+from nats.js import JetStreamContext
 
 from seedance.core.clock import WALL_CLOCK, Clock
 from seedance.core.errors import SeedanceError
+from seedance.core.logs import get_logger
 
-__all__ = ["PullReader", "ReaderInterrupted"]
+__all__ = ["PullReader", "ReaderInterrupted", "nothing_left"]
+
+log = get_logger(__name__)
 
 # Status codes of the pull protocol (ADR-13): no messages (no_wait), request expired,
 # request-level conflicts (max waiting, batch too large, consumer deleted, leadership change).
@@ -171,3 +177,43 @@ class PullReader:
             description = (msg.headers or {}).get("Description", "")
             self._error = ReaderInterrupted(f"consumer unavailable: {status} {description}")
         self._arrived.set()
+
+
+#: The (stream, consumer) whose info `nothing_left` could not get, logged once until answered.
+_UNANSWERED: set[tuple[str, str]] = set()
+
+
+async def nothing_left(js: JetStreamContext, stream: str, consumer: str, read_seq: int) -> bool:
+    """Whether a reader's consumer has nothing left for it now: none of its messages pending,
+    and every delivery it sent read (``read_seq``: the consumer sequence of the last one read).
+
+    A replay counted at the bind (the consumer's pending count then) ends here instead, when a
+    read brings nothing: messages that expire or are purged before they are delivered leave the
+    count unreached for good, and everything after them held back. False where the server
+    cannot say now (the consumer gone, JetStream or the connection not answering): the caller
+    asks again after its next read that brings nothing (an interruption comes by the reader).
+    The first such failure of a run is logged (``reader_consumer_info_failed``, by stream and
+    consumer), once until the server answers again: one that persists (a permission the
+    reader lacks, a lost last delivery the consumer will never send again) holds a replay, and
+    was silent.
+    """
+    try:
+        info = await js.consumer_info(stream, consumer)
+    except (
+        nats.js.errors.NotFoundError,
+        nats.js.errors.ServiceUnavailableError,
+        nats.errors.Error,
+        TimeoutError,
+    ) as exc:
+        if (stream, consumer) not in _UNANSWERED:
+            _UNANSWERED.add((stream, consumer))
+            log.warning(
+                "reader_consumer_info_failed",
+                stream=stream,
+                consumer=consumer,
+                error=f"{type(exc).__name__}: {exc}",
+            )
+        return False
+    _UNANSWERED.discard((stream, consumer))
+    sent = info.delivered.consumer_seq if info.delivered is not None else 0
+    return not info.num_pending and sent <= read_seq

@@ -30,8 +30,9 @@ HIGH-2); a node speaks only for its own node (docs/security.md). ``SEEDANCE`` ex
 ``NODES`` as services exactly what those users publish, node tokens made ``*``
 (`node_services`); a pull request (``$JS.API.CONSUMER.MSG.NEXT.…``) is answered by many
 messages, so it is exported with ``response_type: stream`` and `PULL_RESPONSE_THRESHOLD`
-(`node_pulls`); the MIG plans the node agent core-subscribes to cross as a stream
-(`node_streams`); a node's flow control, were it granted, would go back as a stream
+(`node_pulls`); what a node-side user core-subscribes to would cross as a stream
+(`node_streams`: nothing, since the node agent reads its MIG plans from their stream); a node's
+flow control, were it granted, would go back as a stream
 (`node_flow_control`, none today: node users have no push consumers).
 
 Names only: no server, no config; ``seedance.events.nats_config`` renders these.
@@ -189,5 +190,7 @@ def node_flow_control() -> tuple[str, ...]:
 
 def node_streams() -> tuple[str, ...]:
     """What ``SEEDANCE`` exports to ``NODES`` as streams: every subject a node-side user
-    subscribes to but its inbox (the MIG plans, ``seedance.slicing.node.*.mig_plan``)."""
+    subscribes to but its inbox: none since the node agent reads its MIG plans through a
+    reader of their stream (a core subscription on ``seedance.slicing.node.*.mig_plan`` once
+    crossed here)."""
     return _any_node([s for p in _node_side() for s in p.subscribe_allow if s != _REPLIES])

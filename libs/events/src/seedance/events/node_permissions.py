@@ -4,12 +4,16 @@ fleet's nodes, may do on the bus.
 Beside ``seedance.events.permissions`` (the services', the replayer's and tenants'
 declarations), built from the node agents' declarations there: a node's agents do what they are
 declared to do, but publish telemetry only on their own node's subjects and read only their own
-node's MIG plans. Read by the config renderer (``seedance.events.nats_config``: static node users,
-the telemetry replayer) and the auth callout (``seedance.core.principals``: ``node-<node>`` users
-registered at run time). Catalogue data, no connections.
+node's MIG plans (with their own reader, `node_plan_reader`). Read by the config renderer
+(``seedance.events.nats_config``: static node users, the telemetry replayer) and the auth
+callout (``seedance.core.principals``: ``node-<node>`` users registered at run time). Catalogue
+data, no connections.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
 
 from seedance.events import subjects
 from seedance.events.permissions import (
@@ -22,6 +26,7 @@ from seedance.events.permissions import (
     declaration_permissions,
     service_user,
 )
+from seedance.events.specs import ConsumerSpec
 from seedance.events.subjects import ledger, replica_consumer, slicing
 from seedance.events.tokens import check_token
 
@@ -34,6 +39,7 @@ __all__ = [
     "TELEMETRY_REPLAYER",
     "fleet_replayer_user",
     "node_permissions",
+    "node_plan_reader",
     "node_reader",
     "node_reader_replica",
     "node_user",
@@ -82,18 +88,45 @@ def node_reader(node: str) -> str:
     return replica_consumer("node-agent-in", node_reader_replica(node)).durable
 
 
+def node_plan_reader(node: str) -> ConsumerSpec:
+    """Node ``node``'s (its subject token) node agent's reader of its MIG plans,
+    ``node-agent-plans-<replica>``, filtered on its own plan subject only."""
+    spec = replica_consumer("node-agent-plans", node_reader_replica(node))
+    return replace(spec, filter_subjects=(slicing.mig_plan(node),))
+
+
+#: Per stream, the reader a node's own user may name there, and whether its filter (in the
+#: create subject) is narrowed to the node's own plan subject.
+_OWN_READERS: dict[str, tuple[Callable[[str], str], bool]] = {
+    ledger.NODE_STREAM: (node_reader, False),
+    slicing.PLAN_STREAM: (lambda n: node_plan_reader(n).durable, True),
+}
+
+
 def _own_reader(subject: str, nodes: tuple[str, ...] | list[str]) -> list[str]:
-    """``subject`` with its consumer-name wildcard on the decisions' stream named for each of
-    ``nodes`` (its own reader, `node_reader`); any other subject as it is. The shared
-    ``node-agent`` user may take any name there (it speaks for every node); a node's own may
-    not: one node deleted, drained or crowded out every other's reader (review of 2026-12-07)."""
+    """``subject`` with its consumer-name wildcard on the decisions' or the plans' stream named
+    for each of ``nodes`` (its own reader, `node_reader` / `node_plan_reader`; on the plans'
+    stream with the node's own plan subject as the filter); any other subject as it is. The
+    shared ``node-agent`` user may take any name there (it speaks for every node); a node's own
+    may not: one node deleted, drained or crowded out every other's reader (review of
+    2026-12-07), or, on the plans' stream, read another node's plans."""
     parts = subject.split(".")
-    if not subject.startswith("$JS.API.CONSUMER.") or ledger.NODE_STREAM not in parts:
+    stream = next((s for s in _OWN_READERS if s in parts), None)
+    if not subject.startswith("$JS.API.CONSUMER.") or stream is None:
         return [subject]
-    at = parts.index(ledger.NODE_STREAM) + 1  # the consumer's name
+    at = parts.index(stream) + 1  # the consumer's name
     if parts[at : at + 1] != ["*"]:
         return [subject]
-    return [".".join([*parts[:at], node_reader(n), *parts[at + 1 :]]) for n in nodes]
+    name, narrowed = _OWN_READERS[stream]
+    out = []
+    for n in nodes:
+        rest = ".".join(parts[at + 1 :])
+        if narrowed and rest:
+            if rest != slicing.MIG_PLANS:
+                raise PermissionsError(f"a plan reader filtered on {rest!r}, not the plans")
+            rest = slicing.mig_plan(n)
+        out.append(".".join([*parts[:at], name(n), *([rest] if rest else [])]))
+    return out
 
 
 def node_permissions(
@@ -118,9 +151,7 @@ def node_permissions(
         p = declaration_permissions(IDENTITIES[agent])
         pub += [r for s in p.publish_allow if s != family for r in _own_reader(s, nodes)]
         deny += p.publish_deny
-        sub += [s for s in p.subscribe_allow if s != slicing.MIG_PLANS]
-        if slicing.MIG_PLANS in p.subscribe_allow:
-            sub += [slicing.mig_plan(node) for node in nodes]
+        sub += list(p.subscribe_allow)
     for node in nodes:
         pub += _node_subjects(node)
     return Permissions(

@@ -282,14 +282,13 @@ IDENTITIES: dict[str, Declaration] = {
             buckets=("seedance-k8s-bridge-jobs", subjects.routing.REPLICAS_BUCKET),
         ),
         # One per GPU node: reads the slicer's placements (to verify what a pod claims) and
-        # publishes per-pod measured shares on the node's telemetry subjects.
-        # MIG plans for its node arrive as core messages on their JetStream subject (the
-        # stream is tenant-read, so no per-node durable can be granted there).
+        # its node's MIG plans (from their own stream, which no tenant reads: a node's user
+        # gets only its own reader there, `node_permissions`), and publishes per-pod measured
+        # shares on the node's telemetry subjects. It core-subscribes to nothing.
         Declaration(
             "node-agent",
             publishes=("telemetry",),
-            consumes=("node-agent-in",),
-            subscribes=(slicing.MIG_PLANS,),
+            consumes=("node-agent-in", "node-agent-plans"),
         ),
         # Authorises every connection the server config does not list (tenants added at run
         # time, seedance.core.auth_callout): reads their credentials, answers the server. It

@@ -207,9 +207,8 @@ class slicing:
     STORED = (
         PLACEMENTS, UNSCHEDULABLE, PREEMPTIONS, RELEASES, REJECTIONS, SHARES, ALERTS, CAPACITY
     )  # fmt: skip
-    #: The MIG plans' own stream, small and short-lived: the node agent takes plans live (a
-    #: core subscription), and that interest lets a tenant's push consumer deliver there, so
-    #: whatever captures the plan subject stores those deliveries (docs/security.md).
+    #: The MIG plans' own stream, small and short-lived, which each node agent reads its node's
+    #: plans from (never as core messages: docs/node-agent.md, "MIG plans").
     PLAN_STREAM = "SEEDANCE_NODE_PLANS"
 
     @staticmethod
@@ -392,15 +391,15 @@ _DECLARED: tuple[StreamSpec, ...] = (
     ),
     # After SEEDANCE_SLICING: a server's streams may not overlap, and provision narrows an
     # old SEEDANCE_SLICING (``seedance.slicing.>``) before it creates this one. Bounded in
-    # bytes, per node and in age: nothing reads plans from a stream (the node agents take them
-    # live), and a tenant's push consumer onto a node's plan subject stores its deliveries and
-    # idle heartbeats here; discard old keeps the slicer's publishes acknowledged.
+    # bytes, per node and in age: a node agent reads the plans published while it was down
+    # at its next start (an hour, 64 per node, is what it can catch up on); discard old keeps
+    # the slicer's publishes acknowledged.
     StreamSpec(
         slicing.PLAN_STREAM,
         (slicing.MIG_PLANS,),
         max_age_s=3600.0,
         max_msgs_per_subject=64,
-        description="MIG plans per node (the node agents take them live; none are read here)",
+        description="MIG plans per node (each node agent reads its own node's)",
     ),
     StreamSpec(
         routing.STREAM,
@@ -501,6 +500,9 @@ def _c(durable: str, stream: str, *filters: str, **kw: Unpack[_ConsumerOptions])
     return ConsumerSpec(durable=durable, stream=stream, filter_subjects=filters, **kw)
 
 
+#: A reader that keeps its own position (no acks), removed by the server after an hour unread.
+_READER: _ConsumerOptions = {"acked": False, "inactive_s": 3600.0}
+
 CONSUMERS: dict[str, ConsumerSpec] = {
     c.durable: c
     for c in (
@@ -523,13 +525,10 @@ CONSUMERS: dict[str, ConsumerSpec] = {
         # by reading the trusted decisions from its own mirror of the ledger's merged input
         # (no one else reads it, so per-node reader names are safe there):
         # ``node-agent-in-<node>``, no acks.
-        ConsumerSpec(
-            "node-agent-in",
-            ledger.NODE_STREAM,
-            (*slicing.HOLDS, slicing.SHARES),
-            acked=False,
-            inactive_s=3600.0,
-        ),
+        _c("node-agent-in", ledger.NODE_STREAM, *slicing.HOLDS, slicing.SHARES, **_READER),
+        # Each node agent reads its node's MIG plans with its own ``node-agent-plans-<node>``
+        # (`node_permissions.node_plan_reader`: its plan subject alone), from the stream's first.
+        _c("node-agent-plans", slicing.PLAN_STREAM, slicing.MIG_PLANS, **_READER),
         # The slicer's right-sizing loop: its decisions (the shares the scheduler set among
         # them: it follows what the scheduler holds) and the nodes' shares, as the ledger's.
         _c(

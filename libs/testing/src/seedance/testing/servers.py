@@ -26,6 +26,7 @@ from typing import Any
 from seedance.testing.paths import REPO
 
 __all__ = [
+    "CLUSTER_TAG",
     "SHIPPED_MAX_FILE_STORE",
     "NatsServer",
     "auth_server",
@@ -34,6 +35,7 @@ __all__ = [
     "pinned_nats_version",
     "provision",
     "refusing_port",
+    "shipped_auth_cluster",
     "shipped_auth_server",
     "with_fleet_replayer",
 ]
@@ -211,6 +213,7 @@ def auth_server(
     monitor: bool = False,
     provisioned: bool = True,
     max_file_store: str = SHIPPED_MAX_FILE_STORE,
+    cluster: str = "",
 ) -> NatsServer:
     """A server running the authorization block ``text`` as `seedance.events.nats_config`
     renders it (the shipped file, another ``AuthChoices``' render, an older shipped config),
@@ -224,7 +227,8 @@ def auth_server(
     ``provisioner`` (where the block has one, else the operator ``admin``) has run `provision`
     on it, as a deployment does before any service starts; services may not create what they
     miss. ``max_file_store`` (nats-server's size syntax, e.g. ``32M``) bounds its JetStream
-    store, the shipped one by default (`NatsServer`)."""
+    store, the shipped one by default (`NatsServer`). ``cluster``: a config fragment that makes
+    it one server of a cluster (`shipped_auth_cluster`)."""
     from seedance.core.auth_callout import new_issuer
     from seedance.core.xkeys import new_curve_keys
     from seedance.events.nats_config import CALLOUT_ISSUER_VAR, CALLOUT_XKEY_VAR
@@ -237,7 +241,7 @@ def auth_server(
     if f"${CALLOUT_XKEY_VAR}" in text:
         defs += f"{CALLOUT_XKEY_VAR}: {(xkey or new_curve_keys()).public_key}\n"
     server = NatsServer(
-        config=defs + text,
+        config=defs + cluster + text,
         store=store,
         port=port,
         detach=detach,
@@ -377,3 +381,72 @@ def shipped_auth_server(
         provisioned=provisioned,
         max_file_store=max_file_store,
     )
+
+
+#: Server ``k`` of `shipped_auth_cluster` carries the tag ``server-<k>``: a stream placed with
+#: it (``placement.tags``) has its leader there.
+CLUSTER_TAG = "server-"
+
+
+def shipped_auth_cluster(
+    password: Callable[[str], str], size: int = 2, *, issuer: Any = None, xkey: Any = None
+) -> list[NatsServer]:
+    """``size`` servers running the shipped block (`shipped_auth_server`, the same issuer and
+    curve keys), routed into one cluster with JetStream clustered over them (as the Kubernetes
+    deployment's NATS pods are), provisioned once all have joined. A client of the first and
+    one of the second meet only across the routes: a subscription made on one reaches the
+    others a moment later (seedance.core.barrier)."""
+    from seedance.core.auth_callout import new_issuer
+    from seedance.core.xkeys import new_curve_keys
+    from seedance.events.provision_permissions import PROVISIONER
+    from seedance.testing.ports import listen_ports
+
+    issuer, xkey = issuer or new_issuer(), xkey or new_curve_keys()
+    text = with_fleet_replayer(SHIPPED_AUTH.read_text())
+    name = f"seedance-test-{time.monotonic_ns()}"
+    # Every server names every route at start (a clustered JetStream refuses to start
+    # without them), so the cluster ports are chosen before (`seedance.testing.ports`).
+    ports = listen_ports(size)
+    routes = ", ".join(f"nats-route://127.0.0.1:{p}" for p in ports)
+    servers: list[NatsServer] = []
+    try:
+        for k, port in enumerate(ports):
+            fragment = (
+                f"server_name: {name}-{k}\n"
+                f"server_tags: [{CLUSTER_TAG}{k}]\n"
+                f"cluster {{ name: {name}, listen: 127.0.0.1:{port}, routes: [{routes}] }}\n"
+            )
+            servers.append(
+                auth_server(
+                    text,
+                    password,
+                    issuer=issuer,
+                    xkey=xkey,
+                    provisioned=False,
+                    monitor=True,
+                    cluster=fragment,
+                )
+            )
+        _await_meta_leader(servers)
+        provision(servers[-1].url, PROVISIONER, password(PROVISIONER))
+    except BaseException:
+        for s in servers:
+            s.stop()
+        raise
+    return servers
+
+
+def _await_meta_leader(servers: list[NatsServer], timeout_s: float = 30.0) -> None:
+    """Return once every server's ``/jsz`` names the same JetStream meta leader (before, a
+    stream create is answered "JetStream system temporarily unavailable")."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        leaders = set()
+        for s in servers:
+            assert s.monitor_url is not None
+            with urllib.request.urlopen(f"{s.monitor_url}/jsz", timeout=10) as reply:
+                leaders.add((json.loads(reply.read()).get("meta_cluster") or {}).get("leader"))
+        if len(leaders) == 1 and None not in leaders and "" not in leaders:
+            return
+        time.sleep(0.05)  # polling the servers' own report; bounded by the deadline
+    raise RuntimeError(f"no JetStream meta leader within {timeout_s} s")

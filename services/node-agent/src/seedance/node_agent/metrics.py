@@ -41,8 +41,9 @@ class NodeAgentMetrics:
             "seedance_node_agent_pod_resources_failures_total",
             "Calls to the kubelet's pod-resources List that failed (socket absent, kubelet "
             "down or slow), by use (restore: the grants rebuilt at start from the API server's "
-            "view alone; labels: that refresh skipped; allocate: answered Allocates left "
-            "unconfirmed; prestart: the container's start refused).",
+            "view alone; labels: that refresh skipped; plans: MIG plans not read until it "
+            "answers; allocate: answered Allocates left unconfirmed; prestart: the "
+            "container's start refused).",
             ["use"],
             registry=registry,
         )
@@ -91,8 +92,12 @@ class NodeAgentMetrics:
         )
         self.mig_plans_total = Counter(
             "seedance_node_agent_mig_plans_total",
-            "MIG layout plans by outcome (applied, already_applied, refused, failed; "
-            "not_published: a JetStream consumer's delivery onto the plan subject, not decoded).",
+            "MIG layout plans by outcome (applied, already_applied, refused; failed: NVML, "
+            "the API server or mig-manager failed it, or telling it done or applying it "
+            "raised (a GPU the node lacks), logged as mig_plan_failed; "
+            "superseded: older than a plan in effect, not applied; not_replayed: read back at "
+            "a start where mig-manager applies plans, not applied; not_published: a stored "
+            "message that is not the slicer's plan, not decoded; undecodable).",
             ["outcome"],
             registry=registry,
         )
@@ -113,6 +118,12 @@ class NodeAgentMetrics:
             "seedance_node_agent_pod_mem_share_ratio",
             "Measured share of the GPU's memory-interface time used by a pod's processes (0..1).",
             DEVICE_POD_LABELS,
+            registry=registry,
+        )
+        self.device_refresh_failures_total = Counter(
+            "seedance_node_agent_device_refresh_failures_total",
+            "Reads of the node's devices after a MIG plan that failed (NVML's error), logged as "
+            "node_agent_devices_refresh_failed; the labels loop tries again.",
             registry=registry,
         )
         self.placements = Gauge(

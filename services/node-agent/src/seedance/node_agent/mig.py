@@ -93,6 +93,14 @@ class MigApplier:
         log.info("mig_plan_applied", plan=plan.id, gpu=gpu, steps=done)
         return MigResult(MigOutcome.APPLIED if steps else MigOutcome.ALREADY, done)
 
+    def in_effect(self, plan: MigLayoutPlan) -> bool:
+        """Whether the GPU shows ``plan`` done (its destroys gone, its creates there, each
+        with its compute instance): nothing of it is left to do (`core.mig.plan_steps`)."""
+        gpu = plan.gpu_index
+        return self._backend.mig_enabled(gpu) and not plan_steps(
+            self._backend.gpu_instances(gpu), plan
+        )
+
     def _refusal(self, gpu: int) -> str | None:
         return drained_refusal(self._backend, self._allocated, gpu)
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -46,7 +47,7 @@ from seedance.node_agent.kube import ThisNode
 from seedance.node_agent.mig import MigApplier, MigBackend, MigOutcome, MigResult, drained_refusal
 from seedance.node_agent.settings import NodeAgentSettings
 
-__all__ = ["ApplyPlan", "MigManagerApplier", "mig_applier", "refusing"]
+__all__ = ["ApplyPlan", "MigManagerApplier", "PlanApplier", "mig_applier", "refusing"]
 
 log = get_logger(__name__)
 
@@ -63,6 +64,17 @@ _API_ERRORS = (client.ApiException, aiohttp.ClientError, TimeoutError, OSError)
 ApplyPlan = Callable[[MigLayoutPlan], Awaitable[MigResult]]
 
 
+@dataclass(frozen=True, slots=True)
+class PlanApplier:
+    """How plans are applied on this node: ``apply``; ``in_effect``, whether the node shows a
+    plan done (None where it cannot tell: `core.mig.plans_to_apply`); and the mig-manager
+    applier where it applies them (Allocate resolves the slicer's slots through it)."""
+
+    apply: ApplyPlan
+    in_effect: Callable[[MigLayoutPlan], bool] | None
+    manager: MigManagerApplier | None
+
+
 def mig_applier(
     backend: MigBackend,
     labels: Mapping[str, str],
@@ -73,18 +85,19 @@ def mig_applier(
     gpus: Callable[[], list[int]],
     allocated: Callable[[int], list[str]],
     clock: Clock,
-) -> tuple[ApplyPlan, MigManagerApplier | None]:
+) -> PlanApplier:
     """How plans are applied on a node with these ``labels``: through NVML where mig-manager
-    does not own MIG, through it where the agent was given its ConfigMap, else refused. The
-    mig-manager applier comes back too (Allocate resolves the slicer's slots through it)."""
+    does not own MIG, through it where the agent was given its ConfigMap, else refused."""
     config_map = settings.mig_manager_config_map
     manager = None
+    in_effect: Callable[[MigLayoutPlan], bool] | None = None
     if not mig_manager_present(labels):
         nvml = MigApplier(backend, allocated=allocated)
 
         async def apply(plan: MigLayoutPlan) -> MigResult:
             return await asyncio.to_thread(nvml.apply, plan)
 
+        in_effect = nvml.in_effect
         via = "nvml"
     elif config_map is None:
         refuse = refusing(str(labels.get(MIG_CONFIG_LABEL, "")))
@@ -108,7 +121,7 @@ def mig_applier(
         apply = manager.apply
         via = "mig-manager"
     log.info("mig_plans_applied_through", via=via, config_map=settings.mig_manager_config)
-    return apply, manager
+    return PlanApplier(apply, in_effect, manager)
 
 
 def refusing(label: str) -> Callable[[MigLayoutPlan], MigResult]:

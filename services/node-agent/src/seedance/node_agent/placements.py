@@ -21,7 +21,7 @@ from nats.aio.msg import Msg
 from seedance.core.bus import Bus
 from seedance.core.logs import get_logger
 from seedance.core.mirror import await_mirror
-from seedance.core.reader import PullReader, ReaderInterrupted
+from seedance.core.reader import PullReader, ReaderInterrupted, nothing_left
 from seedance.events.codec import DecodeError, decode
 from seedance.events.node_permissions import node_reader_replica
 from seedance.events.slicing import JobReleased, Placement, Preempted, ShareChanged
@@ -59,6 +59,7 @@ class PlacementFeed:
         # many of this binding's deliveries are applied (its consumer sequence).
         self._backlog = 0
         self._delivered = 0
+        self._durable = ""
         #: Set (and replaced) at every decision applied: ``news`` waits on it.
         self._news = asyncio.Event()
         #: Why the mirror had not copied the origin at the last look before a bind (None: it
@@ -71,6 +72,7 @@ class PlacementFeed:
         # ended its replay short and refused an Allocate for a placement not copied yet.
         await await_mirror(self._bus, ledger.NODE_STREAM, on_behind=self._mirror_seen)
         spec = replica_consumer("node-agent-in", self._replica, start_seq=self.seq + 1)
+        self._durable = spec.durable
         await self._bus.ensure_consumer(spec)
         # Read before the first pull: a fresh no-ack consumer's pending count is exactly the
         # filtered messages from start_seq on (whatever is published after only adds to them).
@@ -111,6 +113,14 @@ class PlacementFeed:
             return
         for msg in msgs:
             self._apply(msg)
+        # Decisions that expired (a week) or were purged between the bind and their read are
+        # never delivered: the count is not reached, and the replay ends when none is left.
+        if not msgs and not self.caught_up and await self._nothing_left():
+            log.info("node_agent_feed_replay_short", counted=self._backlog, read=self._delivered)
+            self._backlog = self._delivered
+
+    async def _nothing_left(self) -> bool:
+        return await nothing_left(self._bus.js, ledger.NODE_STREAM, self._durable, self._delivered)
 
     def _apply(self, msg: Msg) -> None:
         self.seq = seq = msg.metadata.sequence.stream

@@ -2,12 +2,14 @@
 
 Owns the loop step that lists the kubelet's assignments (``PodResourcesClient.list_pods``), joins
 them with the node's device UUIDs and this agent's grants (``core.labels.device_owners``) and
-sets ``seedance_node_agent_gpu_pod_info``; ``owner_of`` serves the share sampler. Must not
-guess an owner the kubelet does not report.
+sets ``seedance_node_agent_gpu_pod_info``; ``owner_of`` serves the share sampler; ``answered``
+is set once a List has answered (MIG plans wait for it). Must not guess an owner the kubelet
+does not report.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable, Mapping
 
 from seedance.node_agent.core.labels import Owner, device_owners
@@ -31,6 +33,8 @@ class PodLabeller:
         self._known = known_uuids
         self._granted = granted
         self.owners: dict[str, list[Owner]] = {}
+        #: Set once the kubelet has answered a List: ``owners`` is its word, not a guess.
+        self.answered = asyncio.Event()
 
     async def refresh(self) -> dict[str, list[Owner]]:
         rows = await self._client.list_pods()
@@ -40,4 +44,5 @@ class PodLabeller:
             for o in held:
                 self._metrics.gpu_pod_info.labels(uuid, o.pod, o.namespace, o.container).set(1)
         self.owners = owners
+        self.answered.set()
         return owners

@@ -21,29 +21,24 @@ anything: it enforces and measures.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
 import grpc
-from nats.aio.msg import Msg
 
 from seedance.core import ServiceRuntime, WallClock, serve
 from seedance.core.clock import Clock
 from seedance.core.entry import start_service
 from seedance.core.logs import get_logger
-from seedance.events.codec import DecodeError, decode
 from seedance.events.gpus import mig_profile_of_resource
 from seedance.events.slicing import MigLayoutPlan
-from seedance.events.subjects import slicing, telemetry
+from seedance.events.subjects import telemetry
 from seedance.events.tokens import kube_node_token
 from seedance.node_agent.allocator import PlacementAllocator
 from seedance.node_agent.core.cgroup import pod_of_cgroup
 from seedance.node_agent.core.labels import ContainerDevices
 from seedance.node_agent.core.placement import NodeDevices, Refusal
-from seedance.node_agent.core.plan_source import not_a_published_plan
 from seedance.node_agent.core.share_event import MeasuredPod, pod_shares_event
 from seedance.node_agent.core.shares import (
     MemoryPeaks,
@@ -62,10 +57,11 @@ from seedance.node_agent.deviceplugin import (
 )
 from seedance.node_agent.kube import NodePods, ThisNode, connect
 from seedance.node_agent.metrics import NodeAgentMetrics
-from seedance.node_agent.mig import MigBackend, MigResult, NvmlMigBackend
-from seedance.node_agent.mig_manager import MigManagerApplier, mig_applier
+from seedance.node_agent.mig import MigBackend, NvmlMigBackend
+from seedance.node_agent.mig_manager import PlanApplier, mig_applier
 from seedance.node_agent.nvml import NvmlNode
 from seedance.node_agent.placements import PlacementFeed
+from seedance.node_agent.plans import PlanFeed
 from seedance.node_agent.plugin_check import OWN_SOCKET_PREFIX, refuse_if_served
 from seedance.node_agent.podlabels import PodLabeller
 from seedance.node_agent.podresources import PodResourcesClient
@@ -146,17 +142,18 @@ class NodeAgentService:
         self._devices = nvml.devices()
         self._feed: PlacementFeed | None = None
         self._plugins: list[DevicePluginServer] = []
+        #: The read of the devices after a plan failed: the labels loop tries it again.
+        self._devices_stale = False
         self._watch: KubeletWatch | None = None
         self._mig_backend = mig
         #: How a MIG plan is applied here (chosen at start from the node's labels); None: no
         #: MIG backend (simulated GPUs).
-        self._apply_mig: Callable[[MigLayoutPlan], Awaitable[MigResult]] | None = None
-        self._mig_manager: MigManagerApplier | None = None
+        self._mig: PlanApplier | None = None
+        self._plans: PlanFeed | None = None
         self._node = ThisNode(kube_client, settings.node_name)
         self._pods = PodResourcesClient(settings.pod_resources_socket)
         self._allocator: PlacementAllocator | None = None
         self._labeller: PodLabeller | None = None
-        self._sub: Any = None
         self._shares: dict[int, ShareAccumulator] = {}  # GPU index -> its per-process cursors
         self._memory: dict[int, MemoryPeaks] = {}  # GPU index -> the window's memory peaks
 
@@ -233,12 +230,21 @@ class NodeAgentService:
             clock=self._clock,
         )
         await self._watch.check()  # registers now if the kubelet is there; else when it is
-        # Plans are core messages: one sent before the server has this SUB is not seen, so
-        # start returns only once the server has it (Bus.subscribe: a flush after nats-py's
-        # subscribe alone did not promise it, and a plan was lost).
-        self._sub = await self._rt.bus.subscribe(
-            slicing.mig_plan(kube_node_token(self._s.node_name)), self._on_mig_plan
-        )
+        # Plans are read from their stream with the node's own reader, bound before start
+        # returns: a plan stored at any time from the bind on, and those stored before it
+        # (while the agent was down), are read; none depends on where the slicer published it
+        # in a NATS cluster (a core subscription did: plans.py).
+        if self._mig is not None:
+            self._plans = PlanFeed(
+                self._rt.bus,
+                self._s.node_name,
+                apply=self._apply_plan,
+                in_effect=self._mig.in_effect,
+                skipped=lambda outcome: self.metrics.mig_plans_total.labels(outcome).inc(),
+                clock=self._clock,
+            )
+            await self._plans.start()
+            self._rt.loop(self._plans_loop)
         self._rt.loop(self._feed.run)
         self._rt.waiting_on = None
         self._rt.loop(self._labels_loop)
@@ -251,7 +257,7 @@ class NodeAgentService:
         if self._mig_backend is None:
             return
         labels = ((await self._node.get()).get("metadata") or {}).get("labels") or {}
-        self._apply_mig, self._mig_manager = mig_applier(
+        self._mig = mig_applier(
             self._mig_backend,
             labels,
             self._s,
@@ -264,7 +270,8 @@ class NodeAgentService:
 
     def _read_devices(self) -> NodeDevices:
         raw = self._nvml.devices()
-        return raw if self._mig_manager is None else self._mig_manager.devices(raw)
+        manager = self._mig.manager if self._mig is not None else None
+        return raw if manager is None else manager.devices(raw)
 
     async def _restore_grants(self, pods: NodePods) -> None:
         assert self._allocator is not None
@@ -347,31 +354,55 @@ class NodeAgentService:
         owners = self._labeller.owners if self._labeller else {}
         return sorted({f"{o.namespace}/{o.pod}" for u in {uuid, *mig} for o in owners.get(u, [])})
 
-    async def _on_mig_plan(self, msg: Msg) -> None:
-        if self._apply_mig is None:
-            return
-        plan_subject = slicing.mig_plan(kube_node_token(self._s.node_name))
-        why = not_a_published_plan(msg.subject, msg.reply, msg.headers, plan_subject)
-        if why is not None:  # a push consumer pointed here (core/plan_source.py)
-            self.metrics.mig_plans_total.labels("not_published").inc()
-            log.warning("mig_plan_not_published", reason=why)
-            return
+    async def _plans_loop(self) -> None:
+        assert self._plans is not None
+        assert self._labeller is not None
+        # The pods holding each GPU first: a plan (one read back at a start too) is applied
+        # only to a GPU no pod holds, which the labeller knows once the kubelet has answered
+        # it. Until then no plan is read (the stream keeps them); the labels loop asks again.
         try:
-            plan = decode(msg.data, MigLayoutPlan)
-        except DecodeError as exc:
-            log.warning("mig_plan_undecodable", error=str(exc))
+            await self._labeller.refresh()
+        except grpc.RpcError as exc:
+            self.metrics.pod_resources_failures_total.labels("plans").inc()
+            log.warning(
+                "mig_plans_deferred",
+                reason="the kubelet's pod-resources List did not answer: which pods hold each "
+                "GPU is unknown; plans wait until it answers",
+                error=str(exc),
+            )
+            await self._labeller.answered.wait()
+            log.info("mig_plans_resumed")
+        await self._plans.run()
+
+    async def _apply_plan(self, plan: MigLayoutPlan) -> None:
+        assert self._mig is not None
+        result = await self._mig.apply(plan)
+        self.metrics.mig_plans_total.labels(result.outcome.value).inc()  # its one count
+        await self._refresh_devices()
+
+    async def _refresh_devices(self) -> None:
+        """The node's devices read again and advertised (new instances without a plugin
+        restart). A failure is the refresh's own, counted and logged, and tried again by the
+        labels loop: raised, it counted the plan applied before as failed too, and the
+        plugins kept advertising the devices from before it."""
+        try:
+            self._devices = self._read_devices()
+            for plugin in self._plugins:
+                await plugin.set_devices(advertised(plugin.resource_name, self._devices))
+        except Exception as exc:
+            self._devices_stale = True
+            self.metrics.device_refresh_failures_total.inc()
+            log.error("node_agent_devices_refresh_failed", error=f"{type(exc).__name__}: {exc}")
             return
-        result = await self._apply_mig(plan)
-        self.metrics.mig_plans_total.labels(result.outcome.value).inc()
-        self._devices = self._read_devices()
-        for plugin in self._plugins:  # new instances advertised without a plugin restart
-            await plugin.set_devices(advertised(plugin.resource_name, self._devices))
+        self._devices_stale = False
 
     async def _labels_loop(self) -> None:
         assert self._labeller is not None
         assert self._feed is not None
         while True:
             self.metrics.placements.set(len(self._feed.book))
+            if self._devices_stale:
+                await self._refresh_devices()
             try:
                 await self._labeller.refresh()
             except grpc.RpcError as exc:  # the kubelet restarting: its socket comes back
@@ -480,10 +511,8 @@ class NodeAgentService:
         await self._rt.stop()
 
     async def close(self) -> None:
-        if self._sub is not None:
-            with contextlib.suppress(Exception):
-                await self._sub.unsubscribe()
-            self._sub = None
+        if self._plans is not None:
+            await self._plans.close()
         for plugin in self._plugins:
             await plugin.stop()
         self._plugins.clear()

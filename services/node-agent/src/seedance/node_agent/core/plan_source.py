@@ -1,38 +1,41 @@
-"""Whether a message on the node's MIG plan subject is a plan the slicer published: pure.
+"""Whether a message the node agent's plan reader got is a plan the slicer stored: pure.
 
-The node agent core-subscribes to ``seedance.slicing.node.<node>.mig_plan``. Permissions
-confine who may *publish* there (the slicer), but not where a JetStream push consumer
-*delivers*: its deliver subject travels in the create request's body and nats-server checks
-it against no one's permissions, so a tenant can point a consumer on its own costs or
-decisions at this subject, and the server hands the agent the stored messages
-(tests/integration/deploy/test_push_deliver.py shows it on the pinned server with the shipped
-users). Such a delivery is told apart by what the server sets on it, which no publisher can
-forge on the plan subject:
+The node agent reads its MIG plans from ``SEEDANCE_NODE_PLANS`` with its own pull consumer
+(``node-agent-plans-<node>``, filtered on ``seedance.slicing.node.<node>.mig_plan``); it no
+longer core-subscribes to the plan subject. That closes what a core subscription opened:
+permissions confine who may *publish* there (the slicer), not where a JetStream push consumer
+*delivers*, so a tenant could point a consumer on its own costs or decisions at the plan
+subject, and the server handed the agent the stored messages
+(tests/integration/deploy/test_push_deliver.py). The server delivers a push consumer's
+messages only while a plain subscription matches; with none, it delivers nothing there, and the
+plan stream stores no copy either.
 
-- a stored message keeps its stream subject (``seedance.costs.<tenant>.<kind>``), never the
-  plan subject (the server refuses a consumer that would deliver into its own stream);
-- its reply is the consumer's ack subject (``$JS.ACK.…``), a flow-control request's
-  ``$JS.FC.…``; a published plan's reply is the slicer's own inbox (a JetStream publish);
-- an idle heartbeat or flow-control message carries a ``Status`` header (and no body).
+What is left to tell apart, should an operator's subscription give a tenant that interest
+again: a copy the plan stream stored of such a delivery. The server stores it under the
+message's own subject (``seedance.costs.<tenant>.<kind>``: the reader's filter never matches
+it) and an idle heartbeat under the plan subject with an empty body (its ``Status`` header
+dropped). A message is taken as a plan only if it came from this node's own reader (its reply
+is that consumer's ack subject: not another consumer's delivery), on the node's plan subject,
+with a body.
 
 Must not decode the plan or touch NVML: the agent refuses such a message before either.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
-__all__ = ["not_a_published_plan"]
+__all__ = ["not_a_stored_plan"]
 
 
-def not_a_published_plan(
-    subject: str, reply: str | None, headers: Mapping[str, str] | None, plan_subject: str
+def not_a_stored_plan(
+    subject: str, reply: str | None, data: bytes, plan_subject: str, ack_prefix: str
 ) -> str | None:
-    """Why the message is not one published on ``plan_subject`` (None: it is)."""
+    """Why the message is not a plan stored on ``plan_subject`` and delivered by the reader
+    whose ack subjects start with ``ack_prefix`` (``$JS.ACK.<stream>.<consumer>.``); None: it
+    is one."""
     if subject != plan_subject:
-        return f"a delivery of {subject!r}, not a message published on {plan_subject!r}"
-    if reply and reply.startswith("$JS."):
-        return f"a JetStream consumer's delivery (reply {reply!r})"
-    if headers and "Status" in headers:
-        return f"a JetStream consumer's status message (Status {headers['Status']!r})"
+        return f"stored under {subject!r}, not the plan subject {plan_subject!r}"
+    if not (reply or "").startswith(ack_prefix):
+        return f"not a delivery of this node's plan reader (reply {reply!r})"
+    if not data:
+        return "an empty message (a push consumer's idle heartbeat, stored)"
     return None
