@@ -31,7 +31,8 @@ The bound on concurrent hashes across tenants (``GateSettings.max_hashes``, a qu
 before any of this (not a tenant user, unregistered, a password of the wrong length). A hash
 runs at the callout's own CPU priority, never lower: the server refuses a login whose answer
 takes longer than its auth timeout (2 s), and a thread at the lowest priority has no bound on
-its wall time beside any busy process (docs/security.md, "Logins under a flood", measured).
+its wall time beside a busy thread it is weighed against (the callout's own event loop under a
+flood, a process of its cgroup or session): docs/security.md, "Logins under a flood".
 
 Pure apart from `HashSlots`: `LoginGate` does no I/O and reads no clock (the caller passes its
 monotonic seconds) and holds state only for registered tenants, so unregistered names (a
