@@ -28,7 +28,11 @@ past the server's auth timeout. This module owns the policy that bounds them
 
 The bound on concurrent hashes across tenants (``GateSettings.max_hashes``, a queue of
 ``max_waiting`` for at most ``wait_s``) is the shell's (`HashSlots`), as are the cheap refusals
-before any of this (not a tenant user, unregistered, a password of the wrong length).
+before any of this (not a tenant user, unregistered, a password of the wrong length). A hash
+runs at the callout's own CPU priority, never lower: the server refuses a login whose answer
+takes longer than its auth timeout (2 s), and a thread at the lowest priority has no bound on
+its wall time beside a busy thread it is weighed against (the callout's own event loop under a
+flood, a process of its cgroup or session): docs/security.md, "Logins under a flood".
 
 Pure apart from `HashSlots`: `LoginGate` does no I/O and reads no clock (the caller passes its
 monotonic seconds) and holds state only for registered tenants, so unregistered names (a
@@ -38,14 +42,10 @@ flood of random users) never grow it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import hashlib
 import hmac
-import os
 import secrets
-import sys
-import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -189,25 +189,15 @@ class Busy(Exception):
     """No hash slot within the settings' bounds: the attempt is refused without a hash."""
 
 
-def _lowest_priority() -> None:
-    """Run this worker thread at the lowest CPU priority (Linux: ``setpriority`` on a thread
-    id applies to that thread only), so a hash never delays an answer that needs none."""
-    if sys.platform == "linux":
-        with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-
-
 class HashSlots:
-    """At most ``max_hashes`` hashes at once, on threads of their own at the lowest CPU
-    priority; at most ``max_waiting`` attempts wait for one, each for at most ``wait_s``
-    (else `Busy`)."""
+    """At most ``max_hashes`` hashes at once, on threads of their own at the process's CPU
+    priority (module docstring: why not lower); at most ``max_waiting`` attempts wait for one,
+    each for at most ``wait_s`` (else `Busy`)."""
 
     def __init__(self, settings: GateSettings) -> None:
         self._settings = settings
         self._slots = asyncio.Semaphore(settings.max_hashes)
-        self._threads = ThreadPoolExecutor(
-            settings.max_hashes, thread_name_prefix="scrypt", initializer=_lowest_priority
-        )
+        self._threads = ThreadPoolExecutor(settings.max_hashes, thread_name_prefix="scrypt")
         self.waiting = 0
         self.running = 0
 
