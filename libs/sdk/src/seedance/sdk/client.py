@@ -32,6 +32,7 @@ import msgspec
 import nats.errors
 import nats.js.errors
 
+from seedance.core.barrier import flushed
 from seedance.core.bus import Bus, BusSettings
 from seedance.core.clock import WALL_CLOCK, Clock
 from seedance.core.drift import Change
@@ -64,7 +65,7 @@ from seedance.sdk.allocation import NoLedger, ask, read_reply
 from seedance.sdk.job_events import KIND_OF, JobRequest, job_event, job_submitted
 from seedance.sdk.job_status import JobStatus, fold_statuses
 from seedance.sdk.model_chunks import artifact_filter, chunked_request, read_artifact, upload_model
-from seedance.sdk.refusals import PermissionRefused, Violations
+from seedance.sdk.refusals import TENANT_GRANTS, PermissionRefused, Violations
 from seedance.sdk.watch import ConsumersInUse, Watch, watching
 
 __all__ = [
@@ -345,14 +346,13 @@ class SeedanceClient:
             return await self._violations.guard(op)
         except PermissionRefused as heard_exc:
             heard = heard_exc
+        # A second refusal of this call (another scope: inbox, request) is heard here, not later
+        with contextlib.suppress(nats.errors.Error):  # a connection down holds no refusal
+            await flushed(self._bus.nc)
         if subject:
             raise PermissionRefused(
                 f"the server refused {action} {subject!r} to this user ({heard.server_text}); "
-                "a tenant's user may publish only its own seedance.jobs.<tenant>.<kind>, "
-                "seedance.graph.<tenant>.request and seedance.models.<tenant>.upload.*.*, ask "
-                "only its own seedance.api.<tenant>.allocation, and read only its own "
-                "seedance.slicing.<tenant>.*, seedance.costs.<tenant>.*, "
-                "seedance.graph.<tenant>.result and seedance.models.<tenant>.artifact.*.*",
+                + TENANT_GRANTS,
                 subject,
             ) from None
         raise heard

@@ -15,7 +15,16 @@ from typing import TypeVar
 from seedance.core.errors import SeedanceError
 from seedance.core.tasks import cancel_until_done_shielded
 
-__all__ = ["PermissionRefused", "Violations"]
+__all__ = ["TENANT_GRANTS", "PermissionRefused", "Violations"]
+
+#: What a tenant's user may do, said with a refusal of a call that named its subject.
+TENANT_GRANTS = (
+    "a tenant's user may publish only its own seedance.jobs.<tenant>.<kind>, "
+    "seedance.graph.<tenant>.request and seedance.models.<tenant>.upload.*.*, ask "
+    "only its own seedance.api.<tenant>.allocation, and read only its own "
+    "seedance.slicing.<tenant>.*, seedance.costs.<tenant>.*, "
+    "seedance.graph.<tenant>.result and seedance.models.<tenant>.artifact.*.*"
+)
 
 _T = TypeVar("_T")
 
