@@ -45,6 +45,7 @@ from tests.integration.node_agent.test_allocation import (
     publish,
 )
 from tests.integration.node_agent.test_deviceplugin import FakeKubelet
+from tests.integration.node_agent.test_plan_feed import plan
 from tests.integration.node_agent.test_podresources import FakeKubeletPodResources
 from tests.integration.node_agent.test_podresources import serving as serving_pod_resources
 from tests.unit.node_agent.nvml_mig import ConstructedNvmlMig
@@ -429,24 +430,14 @@ async def test_a_stored_message_that_is_no_plan_is_not_applied(plan_agent: Agent
     await mig_wait(a, lambda: metric_line(a, refused), "the copy refused as no stored plan")
 
 
-def gpu_plan(gpu: int) -> MigLayoutPlan:
-    return MigLayoutPlan(
-        id=new_event_id(),
-        at=T0,
-        node=TOKEN,
-        gpu_index=gpu,
-        create=[MigInstanceChange(profile="3g.71gb", start_slot=0)],
-    )
-
-
 @pytest.mark.usefixtures("plans_purged")
 async def test_a_plan_for_a_gpu_the_node_lacks_fails_alone(plan_agent: Agent) -> None:
     """GPU 9 on a four-GPU node: NVML raises. The plan is counted failed, the next one is
     applied, and the agent runs on. Before, the error ended the agent (and every start after,
     while the stream kept the plan)."""
     a = plan_agent
-    await a.bus.publish(slicing.mig_plan(TOKEN), gpu_plan(9))
-    await a.bus.publish(slicing.mig_plan(TOKEN), gpu_plan(2))
+    await a.bus.publish(slicing.mig_plan(TOKEN), plan(TOKEN, 9))
+    await a.bus.publish(slicing.mig_plan(TOKEN), plan(TOKEN, 2))
     await mig_wait(a, lambda: len(a.mig.gpu_instances(2)) == 1, "the plan after it applied")
     failed = 'seedance_node_agent_mig_plans_total{outcome="failed"} 1.0'
     await mig_wait(a, lambda: metric_line(a, failed), "the bad plan counted as failed")
@@ -463,7 +454,7 @@ async def test_a_failed_read_of_the_devices_after_a_plan_is_its_own_and_tried_ag
     a = plan_agent
     a.nvml.failing_reads = 1
     reads = a.nvml.reads
-    await a.bus.publish(slicing.mig_plan(TOKEN), gpu_plan(1))
+    await a.bus.publish(slicing.mig_plan(TOKEN), plan(TOKEN, 1))
     failed = "seedance_node_agent_device_refresh_failures_total 1.0"
     await mig_wait(a, lambda: metric_line(a, failed), "the read's failure counted")
     await eventually(lambda: a.nvml.reads >= reads + 2, what="the devices read again")
@@ -480,7 +471,7 @@ async def test_plans_wait_until_the_kubelet_says_which_pods_hold_each_gpu(
     while the kubelet's pod-resources List does not answer. No plan is read until it does,
     and then the plan is refused: GPU 2 is not drained. Before, the agent went on without the
     kubelet's word and cut the GPU under the pod."""
-    await bus.publish(slicing.mig_plan(TOKEN), gpu_plan(2))
+    await bus.publish(slicing.mig_plan(TOKEN), plan(TOKEN, 2))
     holder = pr_pb2.PodResources(
         name="holder",
         namespace="team-a",
